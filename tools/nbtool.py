@@ -7,7 +7,7 @@
 Cells start with `# %%` (code) or `# %% [markdown]` (markdown; each line prefixed by `# `).
 Notebooks stay the source of truth; drafts are a convenience for editing them as text.
 """
-import json, os, sys
+import hashlib, json, os, sys
 from pathlib import Path
 
 META = {"kernelspec": {"display_name": "python3", "language": "python", "name": "python3"}}
@@ -52,6 +52,8 @@ def cells_to_pct(cells: list[dict]) -> str:
 
 
 def write_nb(cells, path):
+    for i, c in enumerate(cells):  # nbformat 4.5 ids, stable for unchanged cells
+        c.setdefault("id", hashlib.sha1(f"{i}{''.join(c['source'])}".encode()).hexdigest()[:8])
     nb = {"cells": cells, "metadata": META, "nbformat": 4, "nbformat_minor": 5}
     Path(path).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
