@@ -6,6 +6,8 @@ that has outputs as run; under --nbval-lax only cells tagged `# NBVAL_CHECK_OUTP
 import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+if os.environ.get("PYTEST_XDIST_WORKER"):   # each notebook kernel inherits this: one thread per xdist worker
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -1,0 +1,191 @@
+"""lengthx.data: stdlib corpus splits, tokenizers, the on-disk token cache, batches."""
+import hashlib
+import platform
+import shutil
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+import pytest
+import torch
+
+from lengthx.data import (SPLITS, BPETokenizer, ByteTokenizer, batch_at, corpus_info, corpus_tokens, encode_corpus,
+                          get_batch, split_of, stdlib_corpus, stdlib_files, stdlib_root, text_file_corpus)
+
+
+@pytest.fixture(scope="module")
+def small_root(tmp_path_factory):
+    "A copy of ~60 stdlib files (keeping relative paths), plus things that must be skipped."
+    src = stdlib_root()
+    root = tmp_path_factory.mktemp("stdlib")
+    for p in stdlib_files()[::12]:
+        dst = root / p.relative_to(src)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p, dst)
+    for skipped in ("site-packages/pkg/mod.py", "test/test_x.py", "idlelib/idle_test/t.py"):
+        (root / skipped).parent.mkdir(parents=True, exist_ok=True)
+        (root / skipped).write_text("x = 1\n")
+    return root
+
+
+def test_stdlib_root_is_the_running_interpreters():
+    root = stdlib_root()
+    assert (root / "os.py").is_file() and (root / "json" / "__init__.py").is_file()
+    assert corpus_info()["python"] == platform.python_version()
+
+
+def test_files_skip_site_packages_and_test_suites(small_root):
+    rels = [p.relative_to(small_root).as_posix() for p in stdlib_files(small_root)]
+    assert rels == sorted(rels) and len(rels) >= 50
+    assert not any(r.startswith(("site-packages/", "test/")) or "/idle_test/" in r for r in rels)
+
+
+def test_split_proportions_and_disjointness():
+    root = stdlib_root()
+    per = {s: {p.relative_to(root).as_posix() for p in stdlib_files(root, s)} for s in SPLITS}
+    everything = {p.relative_to(root).as_posix() for p in stdlib_files(root)}
+    assert per["train"] | per["validation"] | per["test"] == everything
+    assert not (per["train"] & per["validation"]) and not (per["train"] & per["test"]) and not (per["validation"] & per["test"])
+    n = len(everything)
+    # binomial(n, 0.9): 4 standard deviations is ~ 0.045 for n ~ 700
+    assert abs(len(per["train"]) / n - 0.90) < 4 * (0.9 * 0.1 / n) ** 0.5
+    assert len(per["validation"]) > 0 and len(per["test"]) > 0
+
+
+def test_split_is_a_function_of_the_relative_path_only(small_root):
+    "The same file gets the same split under another root, and with Windows separators."
+    src = stdlib_root()
+    in_src = {s: set(stdlib_files(src, s)) for s in SPLITS}
+    for s in SPLITS:
+        for p in stdlib_files(small_root, s):
+            rel = p.relative_to(small_root)
+            assert split_of(rel) == split_of(str(rel)) == split_of(PureWindowsPath(*rel.parts)) == s
+            assert (src / rel) in in_src[s]
+    # a path's bucket is the md5 of its posix form mod 100 (independent recomputation on a known pair)
+    b = lambda s: int(hashlib.md5(s.encode()).hexdigest()[:8], 16) % 100
+    names = [f"pkg/mod{i}.py" for i in range(400)]
+    assert {split_of(n) for n in names if b(n) < 90} == {"train"}
+    assert {split_of(n) for n in names if 90 <= b(n) < 95} == {"validation"}
+    assert {split_of(n) for n in names if b(n) >= 95} == {"test"}
+
+
+def test_corpus_errors(tmp_path):
+    with pytest.raises(ValueError, match="unknown split"): stdlib_corpus("valid")
+    with pytest.raises(ValueError, match="does not exist"): stdlib_corpus("train", root=tmp_path / "nope")
+    with pytest.raises(ValueError, match="no .py files"): stdlib_corpus("train", root=tmp_path)
+    with pytest.raises(ValueError, match="unknown split"): corpus_tokens("dev")
+
+
+def test_corpus_info_counts_match_the_files(small_root):
+    info = corpus_info(small_root)
+    for s in SPLITS:
+        files = stdlib_files(small_root, s) if info["files"][s] else []
+        assert info["files"][s] == len(files)
+        assert info["bytes"][s] == sum(p.stat().st_size for p in files)
+
+
+def test_byte_tokenizer_round_trip_and_separators():
+    tok = ByteTokenizer()
+    text = "def f(x):\n    return x.real  # ünïcödé → ok\n"
+    ids = tok.encode(text)
+    assert len(ids) == len(text.encode("utf-8")) and all(0 <= i < 256 for i in ids)
+    assert tok.decode(ids) == text and tok.decode(torch.tensor(ids)) == text
+    assert tok.sep_ids == (10, 46) == tok.separator_ids() and tok.separator_ids(("\n",)) == (10,)
+    with pytest.raises(ValueError, match="exactly one"): tok.separator_ids(("é",))  # two bytes in UTF-8
+
+
+def test_encode_documents_joins_with_eot():
+    tok = ByteTokenizer()
+    docs = stdlib_corpus("validation")[:20]
+    t = tok.encode_documents(docs)
+    assert t.dtype == torch.long and t.dim() == 1
+    assert t.numel() == sum(len(d.encode()) for d in docs) + len(docs) - 1
+    assert int((t == tok.eot_id).sum()) == len(docs) - 1  # NUL never occurs in source files
+    parts = tok.decode(t).split(chr(tok.eot_id))
+    assert parts == docs
+
+
+def test_corpus_tokens_cached_once(small_root, tmp_path):
+    class Counting(ByteTokenizer):
+        calls = 0
+        def encode_documents(self, docs):
+            Counting.calls += 1
+            return super().encode_documents(docs)
+
+    tok = Counting()
+    a = corpus_tokens("train", tok, root=small_root, cache_dir=tmp_path)
+    assert Counting.calls == 1 and len(list(tmp_path.glob("*.safetensors"))) == 1
+    assert not list(tmp_path.glob("*.tmp"))  # the atomic write left no temporary file
+    b = corpus_tokens("train", tok, root=small_root, cache_dir=tmp_path)
+    assert Counting.calls == 1 and torch.equal(a, b) and b.dtype == torch.long
+    assert torch.equal(a, ByteTokenizer().encode_documents(stdlib_corpus("train", small_root)))
+    # another split is another cache entry; a changed file invalidates the key
+    corpus_tokens("validation", tok, root=small_root, cache_dir=tmp_path)
+    assert Counting.calls == 2
+    f = stdlib_files(small_root, "train")[0]
+    f.write_text(f.read_text() + "\n# edited\n")
+    c = corpus_tokens("train", tok, root=small_root, cache_dir=tmp_path)
+    assert Counting.calls == 3 and c.numel() == a.numel() + len("\n# edited\n")
+
+
+def test_corrupt_cache_entry_is_rebuilt(small_root, tmp_path):
+    a = corpus_tokens("test", root=small_root, cache_dir=tmp_path)
+    (entry,) = tmp_path.glob("*.safetensors")
+    entry.write_bytes(b"garbage")
+    assert torch.equal(corpus_tokens("test", root=small_root, cache_dir=tmp_path), a)
+
+
+def test_cache_dir_from_environment(small_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("LENGTHX_CACHE", str(tmp_path / "c"))
+    corpus_tokens("validation", root=small_root)
+    assert len(list((tmp_path / "c").glob("*validation-bytes*.safetensors"))) == 1
+
+
+def test_get_batch_windows_are_contiguous_and_shifted():
+    tokens = torch.arange(1000)
+    g = torch.Generator().manual_seed(0)
+    x, y = get_batch(tokens, 32, 50, g)
+    assert x.shape == y.shape == (32, 50) and x.dtype == torch.long
+    assert torch.equal(y, x + 1) and torch.equal(x[:, 1:] - x[:, :-1], torch.ones(32, 49, dtype=torch.long))
+    assert int(x.min()) >= 0 and int(y.max()) <= 999 and len(set(x[:, 0].tolist())) > 16
+    x, y = get_batch(torch.arange(11), 4, 10, g)  # exactly one possible window
+    assert torch.equal(x, torch.arange(10).expand(4, 10))
+    with pytest.raises(ValueError, match="too few"): get_batch(torch.arange(10), 4, 10, g)
+    with pytest.raises(ValueError, match="1-D"): get_batch(torch.zeros(2, 100), 4, 10, g)
+
+
+def test_batch_at_depends_only_on_seed_and_step():
+    tokens = torch.arange(100_000)
+    a = batch_at(tokens, 7, 8, 16, seed=3)
+    torch.manual_seed(123); get_batch(tokens, 5, 5)  # unrelated randomness in between
+    assert torch.equal(batch_at(tokens, 7, 8, 16, seed=3)[0], a[0])
+    assert not torch.equal(batch_at(tokens, 8, 8, 16, seed=3)[0], a[0])
+    assert not torch.equal(batch_at(tokens, 7, 8, 16, seed=4)[0], a[0])
+
+
+def test_text_file_corpus(tmp_path):
+    (tmp_path / "a.txt").write_text("hello.\nworld\n")
+    (tmp_path / "sub").mkdir(); (tmp_path / "sub" / "b.md").write_text("# B\n")
+    (tmp_path / "skip.bin").write_bytes(b"\x00\x01")
+    (tmp_path / "empty.txt").write_text("")
+    assert text_file_corpus(tmp_path) == ["hello.\nworld\n", "# B\n"]
+    assert text_file_corpus([tmp_path / "sub" / "b.md"]) == ["# B\n"]
+    t = encode_corpus(text_file_corpus(tmp_path))
+    assert ByteTokenizer().decode(t) == "hello.\nworld\n\x00# B\n"
+    with pytest.raises(FileNotFoundError, match="does not exist"): text_file_corpus(tmp_path / "missing")
+    (tmp_path / "e").mkdir()
+    with pytest.raises(ValueError, match="no non-empty text files"): text_file_corpus(tmp_path / "e")
+    with pytest.raises(ValueError, match="no non-empty text files"): text_file_corpus(tmp_path / "empty.txt")
+    with pytest.raises(ValueError, match="no documents"): encode_corpus([])
+
+
+def test_bpe_missing_package_gives_clear_error_or_trains():
+    docs = stdlib_corpus("validation")[:30]
+    try:
+        import tokenizers  # noqa: F401  (optional extra)
+    except ImportError:
+        with pytest.raises(ImportError, match="pip install tokenizers"): BPETokenizer.train(docs, vocab_size=300)
+        return
+    tok = BPETokenizer.train(docs, vocab_size=400)
+    assert tok.vocab_size == 400 and tok.decode(tok.encode(docs[0])) == docs[0]
+    assert len(tok.encode(docs[0])) < len(docs[0].encode())  # merges shorten the sequence
+    t = tok.encode_documents(docs[:3])
+    assert int((t == tok.eot_id).sum()) == 2 and len(tok.sep_ids) == 2
