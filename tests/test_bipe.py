@@ -9,7 +9,7 @@ from lengthx.model import GPT, GPTConfig
 from lengthx.pe.bias import alibi_slopes
 from lengthx.pe.bipe import (BiNFA, NFA, binfa_accepts_bilevel, fixed_segment_positions, is_binfa, nfa_accepts,
                              random_binfa, sample_binfa_strings, segment_matrix, segment_positions)
-from lengthx.pe.rotary import rope_inv_freq, rope_rotate_half
+from lengthx.pe.rotary import rope_inv_freq, rope_interleaved
 
 S = 10  # a separator id
 
@@ -116,7 +116,7 @@ def test_bipe_rope_rotates_by_segment_index():
     pos = pe.make_positions(ids)
     q, k = torch.randn(1, 2, 8, 8), torch.randn(1, 2, 8, 8)
     rq, rk = pe.rotate(q, k, pos)
-    assert torch.allclose(rq, rope_rotate_half(q, pos.segment, rope_inv_freq(8)), atol=1e-6)
+    assert torch.allclose(rq, rope_interleaved(q, pos.segment, rope_inv_freq(8)), atol=1e-6)
     assert torch.allclose(rq[:, :, :3], q[:, :, :3], atol=1e-6)          # segment 0: rotation by angle 0
     s_rot, s_raw = rq @ rk.transpose(-1, -2), q @ k.transpose(-1, -2)
     assert torch.allclose(s_rot[..., 3, 4], s_raw[..., 3, 4], atol=1e-5)  # same segment (1): plain q·k

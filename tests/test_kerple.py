@@ -111,8 +111,10 @@ def test_per_layer_option():
     p = Positions.arange(1, 12)
     assert torch.equal(shared.bias(p, p, 0), shared.bias(p, p, 2))
     assert not torch.allclose(per.bias(p, p, 0), per.bias(p, p, 2))
-    with pytest.raises(ValueError, match="per_layer"):
-        build_pe("kerple_biaswt:per_layer=true", n_heads=4, head_dim=8)
+    wt = build_pe("kerple_biaswt:per_layer=true", n_heads=4, head_dim=8, n_layers=3)
+    q, k = torch.randn(1, 4, 12, 8), torch.randn(1, 4, 12, 8)
+    assert not torch.allclose(wt.logits(q, k, p, p, 0.5, 0), wt.logits(q, k, p, p, 0.5, 2))
+    assert torch.equal(wt.logits(q, k, p, p, 0.5, 1), wt.logits(q, k, p, p, 0.5, 1))
 
 
 @pytest.mark.parametrize("spec, calls", [("kerple_log", 1), ("kerple_log:per_layer=true", 3)])

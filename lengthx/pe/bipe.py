@@ -45,7 +45,7 @@ def fixed_segment_positions(batch: int, length: int, gamma: int, device=None) ->
     t = torch.arange(length, device=device).expand(batch, length)
     return t % gamma, torch.div(t, gamma, rounding_mode="floor")
 
-# %% ../../nbs/30_bipe.ipynb #74da7c90
+# %% ../../nbs/30_bipe.ipynb #55b2011c
 def _makes_positions(pe: PE) -> bool:
     "True when `pe` (or the PE it wraps) builds its own positions, as randomized PEs and BiPE do."
     while isinstance(pe, WrappedPE) and type(pe).make_positions is WrappedPE.make_positions: pe = pe.inner
@@ -88,8 +88,8 @@ class BiPE(WrappedPE):
 
     def rotate(self, q, k, pos): return self.inner.rotate(q, k, self.segment_view(pos))
     def bias(self, pos_q, pos_k, layer=0): return self.inner.bias(self.segment_view(pos_q), self.segment_view(pos_k), layer)
-    def logits(self, q, k, pos_q, pos_k, scale):
-        return self.inner.logits(q, k, self.segment_view(pos_q), self.segment_view(pos_k), scale)
+    def logits(self, q, k, pos_q, pos_k, scale, layer=0):
+        return self.inner.logits(q, k, self.segment_view(pos_q), self.segment_view(pos_k), scale, layer)
     def score_mod(self, pos, layer=0): return self.inner.score_mod(self.segment_view(pos), layer)
 
     # the embedding is BiPE's own; every other hook is in use exactly when the inner PE uses it

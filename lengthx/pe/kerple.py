@@ -69,7 +69,7 @@ def kerple_weight(dist: Tensor, r3: Tensor | float, r4: Tensor | float) -> Tenso
     "KERPLE's multiplicative weight kernel exp(−r3·|m−n|^r4) (PD), applied to q·k in the bias+weight variant."
     return torch.exp(-r3 * dist.pow(r4))
 
-# %% ../../nbs/21_kerple.ipynb #c34df442
+# %% ../../nbs/21_kerple.ipynb #2118909e
 _KINDS = {  # parameter name -> (init scale of U(0,1), is an exponent clamped to [eps, 2])
     "log": {"r1": (2.0, False), "r2": (1.0, False)},
     "power": {"r1": (1.0, False), "r2": (2.0, True)},
@@ -83,9 +83,6 @@ class KerplePE(PE):
     def __init__(self, ctx: PEContext, kind: str = "log", per_layer: bool = False, eps: float = 0.01):
         super().__init__(ctx)
         if kind not in _KINDS: raise ValueError(f"unknown KERPLE kind {kind!r}; choose from {sorted(_KINDS)}")
-        if kind == "biaswt" and per_layer:
-            raise ValueError("kerple_biaswt changes q·k through the `logits` hook, which has no layer index: "
-                             "it supports only shared parameters (per_layer=false)")
         self.kind, self.per_layer, self.eps = kind, bool(per_layer), eps
         shape = (ctx.n_layers, ctx.n_heads, 1, 1) if per_layer else (ctx.n_heads, 1, 1)
         self.params = nn.ParameterDict({n: nn.Parameter(torch.rand(shape) * s) for n, (s, _) in _KINDS[kind].items()})
@@ -127,12 +124,12 @@ class KerplePE(PE):
             return lambda s, b, h, qi, ki: s - r["r1"][h] * torch.log1p(r["r2"][h] * dist(b, qi, ki).pow(r["r3"][h]))
         return lambda s, b, h, qi, ki: s - r["r1"][h] * dist(b, qi, ki).pow(r["r2"][h])
 
-    def logits(self, q: Tensor, k: Tensor, pos_q: Positions, pos_k: Positions, scale: float) -> Tensor:
+    def logits(self, q: Tensor, k: Tensor, pos_q: Positions, pos_k: Positions, scale: float, layer: int = 0) -> Tensor:
         s = torch.einsum("bhqd,bhkd->bhqk", q, k) * scale
         if self.kind != "biaswt": return s
         self.clamp_()
         dist = relative_positions(pos_q, pos_k).abs().float().unsqueeze(-3)   # [B', 1, Tq, Tk]
-        return s * kerple_weight(dist, self.get("r3"), self.get("r4")).to(s.dtype)
+        return s * kerple_weight(dist, self.get("r3", layer), self.get("r4", layer)).to(s.dtype)
 
     @property
     def uses_logits(self) -> bool: return self.kind == "biaswt"
@@ -158,7 +155,7 @@ def _kerple_3log(ctx: PEContext, per_layer: bool = False, eps: float = 0.01) -> 
     return KerplePE(ctx, "3log", per_layer, eps)
 
 
-@register_pe("kerple_biaswt", examples=["kerple_biaswt"])
-def _kerple_biaswt(ctx: PEContext, eps: float = 0.01) -> PE:
+@register_pe("kerple_biaswt", examples=["kerple_biaswt", "kerple_biaswt:per_layer=true"])
+def _kerple_biaswt(ctx: PEContext, per_layer: bool = False, eps: float = 0.01) -> PE:
     "KERPLE bias+weight: q·k·exp(−r3|m−n|^r4) − r1|m−n|^r2 (naive/chunked paths only)."
-    return KerplePE(ctx, "biaswt", False, eps)
+    return KerplePE(ctx, "biaswt", per_layer, eps)
