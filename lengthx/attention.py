@@ -261,7 +261,7 @@ def _nope(ctx: PEContext) -> PE:
     "No positional encoding: only the causal mask carries order."
     return PE(ctx)
 
-# %% ../nbs/01_attention.ipynb #0f307791
+# %% ../nbs/01_attention.ipynb #ddfeb723
 PATHS = ("naive", "sdpa", "flex", "chunked")
 CHUNK_AUTO_LEN = 2048   # auto switches from naive to chunked for refine/logits PEs beyond this length
 
@@ -273,10 +273,11 @@ def causal_mask(tq: int, tk: int, device=None, q_offset: int = 0) -> Tensor:
 
 
 def pick_path(pe: PE, length: int, device: torch.device, need_weights: bool = False) -> str:
-    "The fastest path `pe` allows: flash sdpa, flex on GPU for biases, chunked for long refine."
-    if need_weights or pe.uses_refine or pe.uses_logits:
-        return "chunked" if length > CHUNK_AUTO_LEN and not need_weights else "naive"
+    "The fastest path `pe` allows: flash sdpa, flex on GPU for biases, chunked where a T×T tensor would not fit."
+    if need_weights: return "naive"
+    if pe.uses_refine or pe.uses_logits: return "chunked" if length > CHUNK_AUTO_LEN else "naive"
     if pe.uses_bias and device.type == "cuda": return "flex"
+    if pe.uses_bias and length > CHUNK_AUTO_LEN: return "chunked"   # CPU: sdpa would materialize a [B, H, T, T] mask
     return "sdpa"
 
 # %% ../nbs/01_attention.ipynb #ac8e5e18

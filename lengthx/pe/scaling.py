@@ -91,7 +91,7 @@ def yarn_inv_freq(dim: int, base: float, scale: float, original_max_len: int, be
     rho = yarn_ramp(low, high, dim // 2)
     return keep / scale * rho + keep * (1 - rho), yarn_attn_factor(scale)
 
-# %% ../../nbs/12_context_extension.ipynb #81972e85
+# %% ../../nbs/12_context_extension.ipynb #1964358d
 class DynamicNTKRoPE(RoPE):
     "RoPE whose base is recomputed from the current length (dynamic NTK); plain RoPE up to original_max_len."
     def __init__(self, ctx: PEContext, scale: float, base: float = 10000.0, frac: float = 1.0,
@@ -157,7 +157,7 @@ def _yarn(ctx: PEContext, s: float = 8.0, base: float = 10000.0, frac: float = 1
     return RoPE(ctx, base, frac, inv_freq=inv, attn_factor=factor)
 
 
-@register_pe("rerope", examples=["rerope:w=16", "rerope:w=4", "rerope"])
+@register_pe("rerope", examples=["rerope", "rerope:w=16", "rerope:w=4"])
 def _rerope(ctx: PEContext, w: Optional[int] = None, base: float = 10000.0, frac: float = 1.0) -> PE:
     "ReRoPE: exact RoPE inside window w (default max_len // 2), relative position clipped to w beyond (naive/chunked only)."
     return ReRoPE(ctx, w if w is not None else max(1, ctx.max_len // 2), base, frac)
