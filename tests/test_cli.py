@@ -11,7 +11,7 @@ from lengthx.cli import main
 def test_help_lists_subcommands():
     r = subprocess.run([sys.executable, "-c", "import sys; from lengthx.cli import main; sys.exit(main())", "--help"], capture_output=True, text=True)
     assert r.returncode == 0
-    for cmd in ("train", "eval", "sweep", "bench"):
+    for cmd in ("train", "eval", "sweep", "bench", "tasks"):
         assert cmd in r.stdout
 
 

@@ -1,0 +1,196 @@
+"""Chomsky-hierarchy tasks, associative recall and chain-of-thought arithmetic: generators vs solvers, known answers, the runner."""
+import json
+import random
+
+import pytest
+import torch
+
+from lengthx.recall import (COT_MOD, Recall, cot_batch, cot_chain, random_expression, reduce_step,
+                            COT_ID)
+from lengthx.tasks import (CHEConfig, che_spec, che_table, che_tasks, encoder_batch, evaluate_mod,
+                           parse_lengths, tasks_main, eval_che, train_che)
+
+TASKS = che_tasks()
+
+
+def test_fifteen_tasks_with_levels_and_chance():
+    assert len(TASKS) == 15
+    levels = {t.level for t in TASKS.values()}
+    assert levels == {"R", "DCF", "CS"}
+    assert sum(t.level == "R" for t in TASKS.values()) == 4 and sum(t.level == "DCF" for t in TASKS.values()) == 4
+    five_class = {"modular_arithmetic", "cycle_navigation", "modular_arithmetic_brackets", "solve_equation", "bucket_sort"}
+    for name, t in TASKS.items():
+        assert t.chance == (0.2 if name in five_class else 0.5)
+        assert t.vocab_size >= len(t.symbols) + 1 and t.vocab_size >= len(t.classes)
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_generator_matches_solver(name):
+    t = TASKS[name]
+    g = torch.Generator().manual_seed(123)
+    rng = random.Random(name)
+    for _ in range(12):
+        L = rng.randint(t.min_length, 60)
+        x, y = t.sample(25, L, g)
+        assert x.dtype == torch.long and y.dtype == torch.long
+        assert y.shape == (25, t.output_length(L))
+        assert x.shape[1] == (L if name != "modular_arithmetic" else L - (L % 2 == 0))
+        for xi, yi in zip(x.tolist(), y.tolist()):
+            assert t.solve(xi) == yi
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_seeded_sampling_is_deterministic(name):
+    t = TASKS[name]
+    a = t.sample(6, 17, torch.Generator().manual_seed(4))
+    b = t.sample(6, 17, torch.Generator().manual_seed(4))
+    c = t.sample(6, 17, torch.Generator().manual_seed(5))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], c[0])
+
+
+@pytest.mark.parametrize("name,text,out", [
+    ("even_pairs", "abba", "even"), ("even_pairs", "abbb", "odd"),
+    ("parity_check", "bbab", "odd"),
+    ("modular_arithmetic", "3*4-2", "0"), ("modular_arithmetic", "2-3", "4"),
+    ("cycle_navigation", ["-1", "-1", "+1"], "4"),
+    ("stack_manipulation", "b PUSH_a PUSH_a POP", "a b END a a"),
+    ("reverse_string", "abb", "bba"),
+    ("modular_arithmetic_brackets", "(4*(3+(-1)))", "3"),
+    ("solve_equation", "((1+x)-2)=0", "1"),
+    ("duplicate_string", "ba", "baba"),
+    ("missing_duplicate_string", "011_", "1"),
+    ("odds_first", "abab", "aabb"),
+    ("binary_addition", "1+111", "0 0 0 1 END 0"),        # 1 + 7 = 8
+    ("binary_multiplication", "11*101", "1 1 1 1 END 0"),  # 3 * 5 = 15
+    ("compute_sqrt", "110001", "111"),                     # 49 -> 7
+    ("bucket_sort", "30241", "01234"),
+])
+def test_known_answers(name, text, out):
+    t = TASKS[name]
+    assert t.decode(t.solve(t.encode(text)), output=True) == out
+
+
+def test_arithmetic_evaluator():
+    assert evaluate_mod(list("2+3*4")) == 4                 # 14 mod 5
+    assert evaluate_mod(list("-(2-4)*3")) == 1             # 6 mod 5
+    assert evaluate_mod(list("1/3"), 7) == 5               # 3 * 5 = 15 = 1 mod 7
+    assert evaluate_mod(list("6/3-2"), 7) == 0
+    with pytest.raises(ZeroDivisionError):
+        evaluate_mod(list("1/(2-2)"), 7)
+    with pytest.raises(ValueError):
+        evaluate_mod(list("1+x"))
+
+
+def test_too_short_lengths_are_rejected():
+    with pytest.raises(ValueError, match="needs length >= 3"):
+        TASKS["binary_addition"].sample(2, 2)
+
+
+def test_accuracy_mask_stops_at_end():
+    t = TASKS["binary_addition"]
+    targets = torch.tensor([[1, 0, 2, 0, 0], [2, 0, 0, 0, 0]])
+    assert t.accuracy_mask(targets).tolist() == [[True, True, True, False, False], [True, False, False, False, False]]
+    assert TASKS["reverse_string"].accuracy_mask(targets).all()
+
+
+def test_encoder_batch_appends_empty_tokens():
+    t = TASKS["duplicate_string"]
+    x, y = t.sample(3, 5, torch.Generator().manual_seed(0))
+    xe, ye = encoder_batch(t, x, y)
+    assert xe.shape == ye.shape == (3, 15)
+    assert (xe[:, 5:] == t.empty_id).all() and torch.equal(xe[:, :5], x)
+    assert (ye[:, :5] == -100).all() and torch.equal(ye[:, 5:], y)
+
+
+def test_che_spec():
+    assert che_spec("rope") == "randomized:max_len=2048:eval_random=true:rope"
+    assert che_spec("dape:kerple_log", max_pos=512) == "randomized:max_len=512:eval_random=true:dape:kerple_log"
+    assert che_spec("nope") == "nope" and che_spec("cdape:nope") == "cdape:nope"
+    assert che_spec("rope", randomized=False) == "rope"
+
+
+def test_parse_lengths():
+    assert parse_lengths("41:45") == (41, 42, 43, 44, 45)
+    assert parse_lengths("41:500:100") == (41, 141, 241, 341, 441)
+    assert parse_lengths("7,9") == (7, 9)
+    import argparse
+    for bad in ("0:3", "a:b", "1:2:3:4", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_lengths(bad)
+
+
+def test_randomized_positions_only_in_randomized_runs():
+    cfg = CHEConfig(task="bucket_sort", pe="alibi", n_layer=1, n_head=2, d_model=16, steps=2, batch_size=4,
+                    test_lens=(41,), max_pos=256)
+    assert cfg.model_config().pe.startswith("randomized:max_len=256") and not cfg.model_config().causal
+    plain = CHEConfig(task="bucket_sort", pe="learned", randomized=False, test_lens=(41, 100))
+    assert plain.model_config().max_len == 200               # a learned row for every test position
+
+
+def test_bad_task_and_pe_fail_before_training(tmp_path, capsys):
+    assert tasks_main(["--task", "reverse_strin", "--out", str(tmp_path / "r.json")]) == 2
+    assert "unknown task 'reverse_strin'" in capsys.readouterr().err
+    assert tasks_main(["--task", "even_pairs", "--pe", "alibii", "--out", str(tmp_path / "r.json")]) == 2
+    assert "alibii" in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_tiny_run_writes_json(tmp_path):
+    out = tmp_path / "che.json"
+    argv = ["--task", "even_pairs,bucket_sort", "--pe", "nope,alibi", "--steps", "3", "--batch-size", "4",
+            "--layers", "1", "--heads", "2", "--width", "16", "--test-lens", "41,45", "--eval-batch", "4",
+            "--max-pos", "128", "--out", str(out), "--quiet"]
+    assert tasks_main(argv) == 0
+    res = json.loads(out.read_text())
+    assert res["command"].startswith("lengthx tasks --task even_pairs,bucket_sort --pe nope,alibi --steps 3")
+    assert "git_sha" in res["provenance"] and res["wall_seconds"] >= 0 and res["settings"]["seed"] == 0
+    assert set(res["runs"]) == {"even_pairs|nope", "even_pairs|alibi", "bucket_sort|nope", "bucket_sort|alibi"}
+    r = res["runs"]["bucket_sort|alibi"]
+    assert set(r["acc"]) == {"41", "45"} and 0 <= r["score"] <= 1 and r["spec"].startswith("randomized:")
+    assert "| CS | bucket_sort | 20 |" in che_table(res)
+    assert tasks_main(argv) == 0                               # rerun: everything is already there
+    assert json.loads(out.read_text())["runs"] == res["runs"]
+
+
+def test_eval_is_the_same_set_for_every_model():
+    cfg = CHEConfig(task="bucket_sort", pe="nope", n_layer=1, n_head=2, d_model=16, steps=1, batch_size=2,
+                    test_lens=(41,), eval_batch=8)
+    m, _ = train_che(cfg)
+    assert eval_che(m, cfg) == eval_che(m, cfg)
+
+
+def test_recall_generator_matches_solver():
+    task = Recall(n_keys=32, n_values=8)
+    g = torch.Generator().manual_seed(0)
+    for P, Q in [(1, 1), (8, 4), (32, 16)]:
+        x, y = task.sample(50, P, Q, g)
+        assert x.shape == (50, 2 * P + 2 * Q - 1)
+        for xi, yi in zip(x.tolist(), y.tolist()):
+            assert task.solve(xi) == yi
+    with pytest.raises(ValueError):
+        task.sample(2, 40, 4)                                   # more pairs than keys
+
+
+def test_cot_chain_invariants():
+    rng = random.Random(1)
+    for n in (1, 3, 6):
+        for _ in range(100):
+            e = random_expression(rng, n)
+            chain = cot_chain(e)
+            v = evaluate_mod(e, COT_MOD)
+            assert len(chain) == n + 1 and all(evaluate_mod(s, COT_MOD) == v for s in chain)
+    assert reduce_step("2 * ( 3 - 1 )".split()) == "2 * 2".split()
+    assert reduce_step("1 + 2 * 3".split()) == "1 + 6".split()
+    assert reduce_step("1 - 2 + 3".split()) == "6 + 3".split()                # 1 - 2 = -1 = 6 mod 7
+    with pytest.raises(ValueError):
+        reduce_step(["4"])
+
+
+def test_cot_batch_scores_only_the_chain():
+    x, y = cot_batch(3, 2, torch.Generator().manual_seed(0))
+    for xi, yi in zip(x.tolist(), y.tolist()):
+        first_eq = xi.index(COT_ID["="])
+        assert all(t == -100 for t in yi[:first_eq])          # the prompt e0 is not predicted
+        assert yi[first_eq] != -100                           # the first step is
+        assert COT_ID["$"] in [t for t in yi if t != -100]     # the end of the chain is
