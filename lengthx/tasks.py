@@ -29,7 +29,7 @@ from .model import GPT, GPTConfig
 __all__ = ['MOD', 'ARITH', 'MAB_SYMBOLS', 'EQ_SYMBOLS', 'AB', 'BITS', 'ENDED', 'Task', 'evaluate_mod', 'bracket_expression',
            'add_bits', 'che_tasks', 'encoder_batch', 'che_spec', 'CHEConfig', 'che_loss', 'masked_accuracy',
            'che_positions', 'train_che', 'eval_che', 'run_che', 'run_che_grid', 'che_table', 'parse_lengths',
-           'tasks_command', 'add_tasks_parser', 'tasks_main']
+           'tasks_command', 'add_tasks_parser']
 
 # %% ../nbs/60_che.ipynb #479d2898
 def _py_rng(generator: Optional[torch.Generator]) -> random.Random:
@@ -634,7 +634,7 @@ def che_table(res: dict, digits: int = 1) -> str:
         lines.append(f"| {task.level} | {t} | {100 * task.chance:.0f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
-# %% ../nbs/60_che.ipynb #919f8f71
+# %% ../nbs/60_che.ipynb #deb279ef
 def parse_lengths(s: str) -> tuple[int, ...]:
     "'41:500' (inclusive), '41:500:20' (with a step) or '41,60,100' -> a tuple of positive lengths."
     try:
@@ -707,17 +707,3 @@ def add_tasks_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(fn=_cmd_tasks)
     return p
-
-
-def tasks_main(argv: Optional[Sequence[str]] = None) -> int:
-    "Run `lengthx tasks` on its own: `tasks_main(['--task', 'even_pairs', ...])`."
-    ap = argparse.ArgumentParser(prog="lengthx")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    add_tasks_parser(sub)
-    a = ap.parse_args(["tasks", *(argv if argv is not None else sys.argv[1:])])
-    try:
-        a.fn(a)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"lengthx tasks: error: {e}", file=sys.stderr)
-        return 2
-    return 0

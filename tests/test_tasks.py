@@ -8,7 +8,12 @@ import torch
 from lengthx.recall import (COT_MOD, Recall, cot_batch, cot_chain, random_expression, reduce_step,
                             COT_ID)
 from lengthx.tasks import (CHEConfig, che_spec, che_table, che_tasks, encoder_batch, evaluate_mod,
-                           parse_lengths, tasks_main, eval_che, train_che)
+                           parse_lengths, eval_che, train_che)
+from lengthx.cli import main as cli_main
+
+
+def tasks_main(argv):
+    return cli_main(["tasks", *argv])
 
 TASKS = che_tasks()
 
