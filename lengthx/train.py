@@ -32,7 +32,7 @@ from .model import GPT, GPTConfig
 __all__ = ['QUICK', 'RUN_FIELDS', 'CKPT_JSON', 'RUN_JSON', 'METRICS', 'TrainConfig', 'lr_at', 'resolve_device', 'make_optimizer',
            'seed_everything', 'autocast_context', 'CheckpointError', 'RunMismatchError', 'flatten_optimizer_state',
            'unflatten_optimizer_state', 'save_checkpoint', 'read_checkpoint_state', 'load_checkpoint', 'load_model',
-           'tokens_fingerprint', 'run_identity', 'eval_loss', 'train']
+           'tokens_fingerprint', 'run_identity', 'dist_env', 'rank_slice', 'eval_loss', 'train']
 
 # %% ../nbs/52_train.ipynb #48e310cb
 QUICK = os.environ.get("LENGTHX_FULL") != "1"
@@ -313,7 +313,85 @@ class _StopFlag:
         if self.signum == signal.SIGINT: raise KeyboardInterrupt("training interrupted; checkpoint written")
         if self.signum is not None: raise SystemExit(128 + int(self.signum))
 
-# %% ../nbs/52_train.ipynb #9524723a
+# %% ../nbs/52_train.ipynb #6ddcd2a2
+def dist_env() -> tuple[int, int, int]:
+    "(world_size, rank, local_rank) from torchrun's environment; (1, 0, 0) when it did not launch us."
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    if world < 1 or not 0 <= rank < world: raise ValueError(f"bad distributed environment: WORLD_SIZE={world}, RANK={rank}")
+    return world, rank, local
+
+
+def rank_slice(x: Tensor, rank: int, world: int) -> Tensor:
+    "Rows [rank·B/W, (rank+1)·B/W) of a global batch: concatenated over ranks they are the batch itself."
+    B = x.shape[0]
+    if B % world: raise ValueError(f"the global batch_size {B} must be divisible by the number of processes {world}")
+    b = B // world
+    return x[rank * b:(rank + 1) * b]
+
+
+class _Distributed:
+    "Start (and at exit destroy) the process group when torchrun launched several processes."
+    def __init__(self, device: torch.device):
+        self.world, self.rank, self.local_rank = dist_env()
+        self.device, self.owns = device, False
+        if self.world > 1 and device.type == "cuda":
+            self.device = torch.device("cuda", self.local_rank)
+            torch.cuda.set_device(self.device)
+
+    def __enter__(self):
+        if self.world > 1:
+            import torch.distributed as dist
+            if not dist.is_initialized():
+                dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+                self.owns = True
+            if dist.get_world_size() != self.world:
+                raise RuntimeError(f"process group has {dist.get_world_size()} ranks but WORLD_SIZE={self.world}")
+        return self
+
+    def __exit__(self, *exc):
+        if self.owns:
+            import torch.distributed as dist
+            dist.destroy_process_group()
+
+    @property
+    def main(self) -> bool: return self.rank == 0
+
+    def mean(self, t: Tensor) -> Tensor:
+        "All-reduce mean of a tensor over ranks (no host sync: the collective is queued on the device)."
+        if self.world == 1: return t
+        import torch.distributed as dist
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t / self.world
+
+    def any(self, flag: bool) -> bool:
+        "True on every rank when `flag` is true on any rank (used to stop all ranks at the same step)."
+        if self.world == 1: return flag
+        import torch.distributed as dist
+        t = torch.tensor([int(flag)], device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
+
+    def agree(self, fn: Callable[[], None]) -> None:
+        "Run `fn` on rank 0 only (e.g. checking the run directory); if it raises, every rank raises the same error."
+        if self.world == 1: return fn()
+        import torch.distributed as dist
+        err = None
+        if self.main:
+            try: fn()
+            except Exception as e: err = (type(e).__name__, str(e))
+        box = [err]; dist.broadcast_object_list(box, src=0); err = box[0]
+        if err is not None:
+            kinds = {"RunMismatchError": RunMismatchError, "CheckpointError": CheckpointError, "ValueError": ValueError}
+            raise kinds.get(err[0], RuntimeError)(err[1] if err[0] in kinds else f"{err[0]} on rank 0: {err[1]}")
+
+    def barrier(self):
+        if self.world > 1:
+            import torch.distributed as dist
+            dist.barrier()
+
+# %% ../nbs/52_train.ipynb #b5de86c6
 def _read_metrics(path: Path, upto: int) -> list[dict]:
     if not path.exists(): return []
     out = []
@@ -324,38 +402,57 @@ def _read_metrics(path: Path, upto: int) -> list[dict]:
     return out
 
 
+def _to_device(t: Tensor, device: torch.device) -> Tensor:
+    "CPU batch to `device`: via pinned memory and a non-blocking copy on CUDA."
+    if device.type == "cuda": return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 @torch.no_grad()
 def eval_loss(model: nn.Module, tokens: Tensor, cfg: TrainConfig, device: torch.device) -> float:
     "Mean loss over `cfg.eval_batches` fixed batches (the same ones at every evaluation)."
     was = model.training; model.eval()
     losses = []
     for i in range(cfg.eval_batches):
-        x, y = batch_at(tokens, i, cfg.batch_size, cfg.length, seed=cfg.seed + 7919, device=device)
-        with autocast_context(device, cfg.dtype): losses.append(model(x, y)[1].float().item())
+        x, y = batch_at(tokens, i, cfg.batch_size, cfg.length, seed=cfg.seed + 7919)
+        with autocast_context(device, cfg.dtype): losses.append(model(_to_device(x, device), _to_device(y, device))[1].float())
     model.train(was)
-    return sum(losses) / len(losses)
+    return torch.stack(losses).mean().item()
 
 
 def train(model_cfg: GPTConfig, train_cfg: TrainConfig, tokens: Optional[Tensor] = None,
           run_dir: Optional[Union[str, Path]] = None, progress: bool = True, val_tokens: Optional[Tensor] = None,
           stop_after: Optional[int] = None, callback: Optional[Callable[[dict], None]] = None) -> tuple[GPT, list[dict]]:
-    "Train a GPT; with `run_dir`, log metrics, checkpoint, and resume the same run. Returns (model, history)."
+    "Train a GPT (one process, or every rank under torchrun); with `run_dir`, log metrics, checkpoint, and resume the same run."
     cfg = train_cfg
-    device = resolve_device(cfg.device)
     if tokens is None: tokens = corpus_tokens("train")
     if tokens.dim() != 1: raise ValueError(f"tokens must be a 1-D tensor, got shape {tuple(tokens.shape)}")
     if tokens.numel() < cfg.length + 2: raise ValueError(f"{tokens.numel()} tokens are too few for length {cfg.length}")
     if int(tokens.max()) >= model_cfg.vocab_size:
         raise ValueError(f"token id {int(tokens.max())} >= vocab_size {model_cfg.vocab_size}")
+    world, _, _ = dist_env()
+    if cfg.batch_size % world:
+        raise ValueError(f"the global batch_size {cfg.batch_size} must be divisible by the number of processes {world}")
+    with _Distributed(resolve_device(cfg.device)) as dd:
+        return _train(model_cfg, cfg, tokens, run_dir, progress and dd.main, val_tokens, stop_after, callback, dd)
+
+
+def _train(model_cfg, cfg, tokens, run_dir, progress, val_tokens, stop_after, callback, dd: _Distributed):
+    device = dd.device
     autocast_context(device, cfg.dtype)  # fail now, not after building the model, on an unusable dtype
     seed_everything(cfg.seed)
     model = GPT(model_cfg).to(device)
     opt = make_optimizer(model, cfg, device)
     scaler = torch.amp.GradScaler("cuda", enabled=cfg.dtype == "fp16" and device.type == "cuda")
     start, history, elapsed0 = 0, [], 0.0
+    writes = run_dir is not None and dd.main          # only rank 0 touches the run directory
     if run_dir is not None:
-        run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
-        _check_same_run(run_dir, run_identity(model_cfg, cfg, tokens))
+        run_dir = Path(run_dir)
+        def prepare():
+            run_dir.mkdir(parents=True, exist_ok=True)
+            _check_same_run(run_dir, run_identity(model_cfg, cfg, tokens))
+            if (run_dir / CKPT_JSON).exists(): read_checkpoint_state(run_dir)   # verified before any rank loads it
+        dd.agree(prepare)
         if (run_dir / CKPT_JSON).exists():
             loaded, state = load_checkpoint(run_dir, device)
             model.load_state_dict(loaded.state_dict())
@@ -364,19 +461,39 @@ def train(model_cfg: GPTConfig, train_cfg: TrainConfig, tokens: Optional[Tensor]
             _set_rng_state(state["rng"])
             start, elapsed0 = state["step"], state.get("elapsed", 0.0)
         history = _read_metrics(run_dir / METRICS, start)
-        atomic_write_bytes(run_dir / METRICS, "".join(json.dumps(r) + "\n" for r in history).encode())
-    fwd = torch.compile(model) if cfg.compile else model
+        dd.barrier()                                  # every rank has read before rank 0 rewrites
+        if writes: atomic_write_bytes(run_dir / METRICS, "".join(json.dumps(r) + "\n" for r in history).encode())
+    ddp = None
+    if dd.world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    fwd = ddp if ddp is not None else model
+    if cfg.compile: fwd = torch.compile(fwd)
     model.train()
-    pending: list[dict] = []
+    sync_every = cfg.log_every if device.type == "cuda" else 1
+    queued: list[tuple[dict, Tensor, Tensor]] = []   # records whose loss / grad norm are still on the device
+    pending: list[dict] = []                         # materialized records not yet in metrics.jsonl
 
     def flush():
-        if run_dir is not None and pending:
+        if writes and pending:
             with open(run_dir / METRICS, "a") as f: f.write("".join(json.dumps(r) + "\n" for r in pending))
         pending.clear()
 
+    def materialize():
+        "One host sync for all queued steps: numbers into the records, then checks, callbacks, logging."
+        if not queued: return
+        vals = torch.stack([torch.stack([l.float(), g.float()]) for _, l, g in queued]).tolist()
+        for (rec, _, _), (loss, gnorm) in zip(queued, vals):
+            rec["loss"], rec["grad_norm"] = loss, gnorm
+            if not math.isfinite(loss): raise FloatingPointError(f"loss is {loss} at step {rec['step']}")
+            rec = {k: rec[k] for k in ("step", "loss", "lr", "grad_norm", "tokens", "time", "val_loss") if k in rec}
+            history.append(rec); pending.append(rec)
+            if callback is not None: callback(rec)
+        queued.clear()
+
     def checkpoint(step):
-        flush()
-        if run_dir is not None:
+        materialize(); flush()
+        if writes:
             save_checkpoint(run_dir, model, opt, step, model_cfg, cfg, scaler,
                             extra={"elapsed": elapsed0 + time.perf_counter() - t0})
 
@@ -390,29 +507,37 @@ def train(model_cfg: GPTConfig, train_cfg: TrainConfig, tokens: Optional[Tensor]
             for step in range(start, end):
                 lr = lr_at(step, cfg)
                 for g in opt.param_groups: g["lr"] = lr
-                total = 0.0
+                total = torch.zeros((), device=device)
                 for a in range(cfg.grad_accum):
-                    x, y = batch_at(tokens, step * cfg.grad_accum + a, cfg.batch_size, cfg.length, cfg.seed, device)
-                    with autocast_context(device, cfg.dtype): _, loss = fwd(x, y)
-                    scaler.scale(loss / cfg.grad_accum).backward()
-                    total += loss.item() / cfg.grad_accum
+                    x, y = batch_at(tokens, step * cfg.grad_accum + a, cfg.batch_size, cfg.length, cfg.seed)
+                    x, y = (_to_device(rank_slice(t, dd.rank, dd.world), device) for t in (x, y))
+                    last = a == cfg.grad_accum - 1
+                    with (ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()):
+                        with autocast_context(device, cfg.dtype): _, loss = fwd(x, y)
+                        scaler.scale(loss / cfg.grad_accum).backward()
+                    total += loss.detach().float() / cfg.grad_accum
                 scaler.unscale_(opt)
                 gnorm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
                 scaler.step(opt); scaler.update(); opt.zero_grad(set_to_none=True)
-                rec = {"step": step + 1, "loss": total, "lr": lr, "grad_norm": float(gnorm),
+                rec = {"step": step + 1, "loss": None, "lr": lr, "grad_norm": None,
                        "tokens": (step + 1) * cfg.grad_accum * cfg.batch_size * cfg.length,
                        "time": elapsed0 + time.perf_counter() - t0}
                 if val_tokens is not None and cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
                     rec["val_loss"] = eval_loss(model, val_tokens, cfg, device)
-                if not math.isfinite(total): raise FloatingPointError(f"loss is {total} at step {step + 1}")
-                history.append(rec); pending.append(rec)
-                if callback is not None: callback(rec)
+                queued.append((rec, dd.mean(total), gnorm.detach()))
                 bar.update(1)
-                if (step + 1) % cfg.log_every == 0:
-                    bar.set_postfix(loss=f"{total:.3f}", lr=f"{lr:.2e}"); flush()
                 due = (cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0) or step + 1 == end
-                if due or stopper.signum is not None: checkpoint(step + 1)
-                stopper.raise_if_set()
+                at_sync = (step + 1) % sync_every == 0 or due
+                if at_sync:
+                    materialize()
+                    if dd.any(stopper.signum is not None) and stopper.signum is None: stopper.signum = signal.SIGTERM
+                if (step + 1) % cfg.log_every == 0:
+                    if history: bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", lr=f"{lr:.2e}")
+                    flush()
+                if due or (at_sync and stopper.signum is not None): checkpoint(step + 1)
+                if at_sync: stopper.raise_if_set()
+        materialize()
+        dd.barrier()
     finally:
         bar.close(); flush()
     model.eval()
