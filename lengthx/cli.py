@@ -54,17 +54,21 @@ SWEEP_PRESETS = {
                          grad_accum=1, dtype="bf16", compile=True),
 }
 
-# %% ../nbs/54_cli.ipynb #dc36f968
+# %% ../nbs/54_cli.ipynb #698f4a5a
 def _safe(spec: str) -> str: return spec.replace(":", "_").replace("=", "-").replace("/", "_")
 
 
 def provenance() -> dict:
     "Where and with what a result was made: versions, device, git sha."
-    try: sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5).stdout.strip()
-    except Exception: sha = ""
+    import lengthx
+    here = Path(lengthx.__file__).resolve().parent  # the package's own checkout, wherever the command runs
+    def git(*args):
+        try: return subprocess.run(["git", *args], capture_output=True, text=True, timeout=5, cwd=here).stdout.strip()
+        except Exception: return ""
     return {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
             "device": "cuda:" + torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-            "git_sha": sha, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "threads": torch.get_num_threads(), "git_sha": git("rev-parse", "HEAD"),
+            "git_dirty": bool(git("status", "--porcelain", "--", ".")), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 def sweep_one(spec: str, preset: SweepPreset, out: Path, *, seed: int = 0, protocol: str = "last_k",
@@ -76,7 +80,8 @@ def sweep_one(spec: str, preset: SweepPreset, out: Path, *, seed: int = 0, proto
                        compile=preset.compile, ckpt_every=max(50, preset.steps // 10))
     t0 = time.time()
     model, hist = train(mcfg, tcfg, tokens=train_tokens, run_dir=out / "runs" / _safe(spec), progress=progress)
-    t_train = time.time() - t0
+    t_train = hist[-1]["time"] if hist else time.time() - t0   # cumulative, also across a resumed run
+    t_eval = time.time()
     test = corpus_tokens("test") if test_tokens is None else test_tokens
     ppl = {}
     for L in eval_lengths(preset.train_len, preset.max_factor):
@@ -86,7 +91,7 @@ def sweep_one(spec: str, preset: SweepPreset, out: Path, *, seed: int = 0, proto
         except ValueError as e:
             ppl[L] = f"error: {e}"
     return {"spec": spec, "ppl": ppl, "final_train_loss": hist[-1]["loss"] if hist else None,
-            "train_seconds": round(t_train, 1), "eval_seconds": round(time.time() - t0 - t_train, 1),
+            "train_seconds": round(t_train, 1), "eval_seconds": round(time.time() - t_eval, 1),
             "n_params": model.n_params(), "seed": seed, "protocol": protocol}
 
 
