@@ -9,21 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tiny import MODEL, TOKENS, train_cfg
 
 from lengthx.data import ByteTokenizer, batch_at
 from lengthx.model import GPTConfig
 from lengthx.train import TrainConfig, dist_env, rank_slice, train
 
-MODEL = GPTConfig(n_layer=1, n_head=2, d_model=32, pe="alibi", max_len=32)
-TOKENS = ByteTokenizer().encode_documents([
-    "def add(a, b):\n    return a + b\n\nclass Point:\n    x: int = 0\n    y: int = 0\n" * 40,
-    "import os.path\nprint(os.path.join('a', 'b'))\n" * 40])
-
-
 def cfg(**kw):
-    base = dict(steps=5, batch_size=4, length=32, lr=3e-3, min_lr=3e-4, warmup=2, seed=0, device="cpu",
-                log_every=1, grad_accum=2)
-    return TrainConfig(**{**base, **kw})
+    return train_cfg(**{**dict(steps=5, warmup=2, grad_accum=2), **kw})
 
 
 def _free_port() -> int:

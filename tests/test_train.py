@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tiny import MODEL, TOKENS, train_cfg
 
 import lengthx.train as T
 from lengthx.data import ByteTokenizer
@@ -19,16 +20,8 @@ from lengthx.model import GPT, GPTConfig
 from lengthx.train import (CheckpointError, RunMismatchError, TrainConfig, load_checkpoint, load_model, lr_at,
                            make_optimizer, resolve_device, train)
 
-MODEL = GPTConfig(n_layer=1, n_head=2, d_model=32, pe="alibi", max_len=32)
-TOKENS = ByteTokenizer().encode_documents([
-    "def add(a, b):\n    return a + b\n\nclass Point:\n    x: int = 0\n    y: int = 0\n" * 40,
-    "import os.path\nprint(os.path.join('a', 'b'))\n" * 40])
-
-
 def cfg(**kw):
-    base = dict(steps=20, batch_size=4, length=32, lr=3e-3, min_lr=3e-4, warmup=4, seed=0, device="cpu",
-                log_every=1, ckpt_every=5)
-    return TrainConfig(**{**base, **kw})
+    return train_cfg(**{**dict(ckpt_every=5), **kw})
 
 
 def losses(history): return [r["loss"] for r in history]
