@@ -1,4 +1,4 @@
-"""Write README.md from nbs/00_index.ipynb (nbdev_readme needs quarto, which this project does not require).
+"""Write README.md from nbs/index.ipynb (nbdev_readme needs quarto, which this project does not require).
 
     python tools/make_readme.py          # write README.md
     python tools/make_readme.py --check  # exit 1 if README.md is out of date
@@ -22,10 +22,10 @@ def render(nb_path: Path) -> str:
 
 
 if __name__ == "__main__":
-    text = render(root / "nbs" / "00_index.ipynb")
+    text = render(root / "nbs" / "index.ipynb")
     readme = root / "README.md"
     if "--check" in sys.argv:
         if readme.read_text() != text: sys.exit("README.md is out of date: run python tools/make_readme.py")
-        print("README.md matches nbs/00_index.ipynb")
+        print("README.md matches nbs/index.ipynb")
     else:
         readme.write_text(text)
