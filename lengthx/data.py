@@ -12,6 +12,7 @@ import platform
 import re
 import sysconfig
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
@@ -23,8 +24,9 @@ from torch import Tensor
 __all__ = ['SPLITS', 'SPLIT_PERCENT', 'SKIP_DIRS', 'TEXT_SUFFIXES', 'EOT_TEXT', 'HF_CORPORA', 'stdlib_root', 'split_of',
            'stdlib_files', 'stdlib_corpus', 'corpus_info', 'text_file_corpus', 'ByteTokenizer', 'BPETokenizer',
            'default_cache_dir', 'atomic_write_bytes', 'corpus_cache_key', 'cached_tokens', 'corpus_tokens',
-           'encode_corpus', 'get_batch', 'step_generator', 'batch_at', 'HFSource', 'hf_source', 'wikitext_articles',
-           'hf_documents', 'hf_cache_key', 'hf_tokens', 'load_tokens']
+           'encode_corpus', 'LockedError', 'atomic_write_json', 'exclusive_lock', 'get_batch', 'step_generator',
+           'batch_at', 'HFSource', 'hf_source', 'wikitext_articles', 'hf_documents', 'hf_cache_key', 'hf_tokens',
+           'load_tokens']
 
 # %% ../nbs/51_data.ipynb #44b4942d
 SPLITS = ("train", "validation", "test")
@@ -282,6 +284,35 @@ def encode_corpus(docs: Sequence[str], tokenizer=None) -> Tensor:
     if not docs: raise ValueError("encode_corpus got no documents")
     tok = tokenizer if tokenizer is not None else ByteTokenizer()
     return tok.encode_documents(docs)
+
+# %% ../nbs/51_data.ipynb #lockutil1
+class LockedError(RuntimeError):
+    "Another process holds the lock on a run directory or an output file: refuse instead of interleaving writes."
+
+
+def atomic_write_json(path: Union[str, Path], obj: Any) -> None:
+    "Write `obj` as indented JSON atomically (readers see the old file or the new one, never half of each)."
+    atomic_write_bytes(Path(path), (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+
+
+@contextmanager
+def exclusive_lock(lock_path: Union[str, Path], what: str) -> Iterator[Path]:
+    "Hold a non-blocking `flock` on `lock_path` for the block; a second holder gets `LockedError` naming `what`."
+    import fcntl
+    lock_path = Path(lock_path)
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            raise LockedError(f"{what} is in use by another lengthx process (pid {holder}); "
+                              f"wait for it to finish or stop it") from None
+        os.ftruncate(fd, 0); os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield lock_path
+    finally:
+        os.close(fd)   # closing the descriptor releases the lock; the file stays (removing it would race)
 
 # %% ../nbs/51_data.ipynb #6eba90ba
 def get_batch(tokens: Tensor, batch_size: int, length: int, generator: Optional[torch.Generator] = None,
