@@ -16,9 +16,9 @@ from einops import rearrange
 from torch import Tensor, nn
 
 # %% auto #0
-__all__ = ['PATHS', 'CHUNK_AUTO_LEN', 'Positions', 'PEContext', 'PE', 'WrappedPE', 'PEFamily', 'register_pe', 'known_pes',
-           'pe_examples', 'parse_spec', 'unknown_pe_error', 'build_pe', 'causal_mask', 'pick_path', 'attention',
-           'check_paths_agree']
+__all__ = ['MAX_SPEC_DEPTH', 'PATHS', 'CHUNK_AUTO_LEN', 'Positions', 'PEContext', 'PE', 'WrappedPE', 'Opt', 'PEFamily',
+           'register_pe', 'known_pes', 'pe_examples', 'PESpecError', 'unknown_pe_error', 'parse_spec', 'build_pe',
+           'pe_help', 'pe_options_markdown', 'causal_mask', 'pick_path', 'attention', 'check_paths_agree']
 
 # %% ../nbs/01_attention.ipynb #8cada530
 @dataclass
@@ -155,22 +155,118 @@ class WrappedPE(PE):
     def bias_per_layer(self): return self.inner.bias_per_layer
 
 # %% ../nbs/01_attention.ipynb #76cfaab9
+@dataclass(frozen=True)
+class Opt:
+    "One `key=value` option of a PE family: its type, default, meaning and allowed values."
+    name: str
+    type: type                       # int, float, bool or str
+    default: object                  # None: unset (`doc` says what the builder does then)
+    doc: str
+    lo: Optional[float] = None       # lower bound, inclusive unless lo_open
+    hi: Optional[float] = None       # upper bound, inclusive unless hi_open
+    lo_open: bool = False
+    hi_open: bool = False
+    choices: Optional[tuple] = None  # the allowed strings of a str option
+    finite: bool = True              # floats: refuse nan and ±inf
+    example: object = None           # a valid value other than the default (help text, tests)
+
+    def range_text(self) -> str:
+        "The allowed values in a spec's notation: '> 0', '[1, 4096]', '(0, 2]', 'true or false', 'one of …', or ''."
+        if self.type is bool: return "true or false"
+        if self.choices: return "one of " + ", ".join(self.choices)
+        lo, hi = self.lo, self.hi
+        if lo is not None and hi is not None:
+            return f"{'(' if self.lo_open else '['}{_num(lo)}, {_num(hi)}{')' if self.hi_open else ']'}"
+        if lo is not None: return f"{'>' if self.lo_open else '≥'} {_num(lo)}"
+        if hi is not None: return f"{'<' if self.hi_open else '≤'} {_num(hi)}"
+        return ""
+
+    def expects(self, finite: bool = False) -> str:
+        "What a value must be, in words: 'a float >= 1 and <= 1e6', 'an integer >= 2', 'true or false'."
+        if self.type is bool or self.choices: return self.range_text()
+        noun = {int: "an integer", float: "a finite float" if finite else "a float", str: "a non-empty string"}[self.type]
+        bounds = []
+        if self.lo is not None: bounds.append(f"{'>' if self.lo_open else '>='} {_num(self.lo)}")
+        if self.hi is not None: bounds.append(f"{'<' if self.hi_open else '<='} {_num(self.hi)}")
+        return " ".join([noun, " and ".join(bounds)]).strip()
+
+    def in_range(self, v) -> bool:
+        "Whether the number `v` lies within the declared bounds."
+        lo_ok = self.lo is None or (v > self.lo if self.lo_open else v >= self.lo)
+        hi_ok = self.hi is None or (v < self.hi if self.hi_open else v <= self.hi)
+        return lo_ok and hi_ok
+
+    def convert(self, raw: str):
+        "The typed value written `raw` in a spec; ValueError('must be … (got …)') when it is not allowed."
+        if self.type is bool:
+            if raw.lower() not in _BOOLS: raise ValueError(f"must be {self.expects()} (got {raw!r})")
+            return _BOOLS[raw.lower()]
+        if self.type is str:
+            if self.choices and raw not in self.choices:
+                close = difflib.get_close_matches(raw, self.choices, n=1, cutoff=0.5)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ValueError(f"must be {self.expects()} (got {raw!r}){hint}")
+            if not raw: raise ValueError(f"must be {self.expects()} (got {raw!r})")
+            return raw
+        try: v = self.type(raw)
+        except (ValueError, OverflowError): raise ValueError(f"must be {self.expects()} (got {raw!r})") from None
+        if isinstance(v, float) and self.finite and not math.isfinite(v):
+            raise ValueError(f"must be {self.expects(finite=True)} (got {raw!r})")
+        if not self.in_range(v): raise ValueError(f"must be {self.expects()} (got {raw!r})")
+        return v
+
+
+_BOOLS = {"true": True, "false": False, "1": True, "0": False}
+
+
+def _num(v) -> str:
+    "A bound or default as written in a spec: 1, 0.5, 1e6 for floats; 10^9 for a large round integer."
+    if isinstance(v, bool): return str(v).lower()
+    if isinstance(v, int):
+        k = len(str(abs(v))) - 1
+        return f"10^{k}" if k >= 6 and abs(v) == 10**k else str(v)
+    return f"{v:g}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
+
+
 @dataclass
 class PEFamily:
-    "A registered PE family: how to build it from options (and an inner PE), and example specs."
+    "A registered PE family: how to build it from options (and an inner PE), its declared options, example specs."
     name: str
     builder: Callable
     examples: list = field(default_factory=list)
     wraps: bool = False       # takes an inner spec after its options
     doc: str = ""
+    options: tuple = ()       # Opt declarations, one per keyword argument of the builder
+
+    def option(self, key: str) -> Optional[Opt]:
+        "The declared option called `key`, or None."
+        return next((o for o in self.options if o.name == key), None)
 
 _REGISTRY: dict[str, PEFamily] = {}
 
 
-def register_pe(name: str, *, examples: Optional[list] = None, wraps: bool = False, doc: str = ""):
-    "Decorator registering `builder(ctx, [inner,] **options) -> PE` under the family `name`."
+def _check_declaration(name: str, builder: Callable, options: tuple, wraps: bool) -> None:
+    "Refuse (TypeError, at import) a declaration that differs from the builder's keyword arguments or defaults."
+    import inspect
+    params = list(inspect.signature(builder).parameters.values())[2 if wraps else 1:]   # after ctx (and inner)
+    names = [o.name for o in options]
+    if len(set(names)) != len(names): raise TypeError(f"register_pe({name!r}): an option is declared twice: {names}")
+    if set(names) != {p.name for p in params}:
+        raise TypeError(f"register_pe({name!r}): declared options {sorted(names)} differ from the builder's "
+                        f"keyword arguments {sorted(p.name for p in params)}")
+    for o, p in zip(sorted(options, key=lambda o: o.name), sorted(params, key=lambda p: p.name)):
+        if o.type not in (int, float, bool, str): raise TypeError(f"register_pe({name!r}): option {o.name!r} has type {o.type!r}")
+        if o.default != p.default: raise TypeError(f"register_pe({name!r}): option {o.name!r} declares default "
+                                                   f"{o.default!r} but the builder's is {p.default!r}")
+
+
+def register_pe(name: str, *, options: tuple = (), examples: Optional[list] = None, wraps: bool = False, doc: str = ""):
+    "Decorator registering `builder(ctx, [inner,] **options) -> PE` under the family `name`, with its `Opt` declarations."
     def deco(builder):
-        _REGISTRY[name] = PEFamily(name, builder, list(examples or [name]), wraps, doc or (builder.__doc__ or "").strip())
+        opts = tuple(options)
+        _check_declaration(name, builder, opts, wraps)
+        _REGISTRY[name] = PEFamily(name, builder, list(examples or [name]), wraps,
+                                   doc or (builder.__doc__ or "").strip(), opts)
         return builder
     return deco
 
@@ -197,26 +293,16 @@ def pe_examples(which: str = "default") -> list[str]:
     raise ValueError(f"which must be 'default' or 'all', got {which!r}")
 
 # %% ../nbs/01_attention.ipynb #a7779027
-def _parse_value(v: str):
-    "Spec option values: int, then float, then bool, else the string."
-    for conv in (int, float):
-        try: return conv(v)
-        except ValueError: pass
-    return {"true": True, "false": False}.get(v.lower(), v)
+MAX_SPEC_DEPTH = 8   # wrappers inside wrappers: more is a typo, and would only recurse deeper
 
 
-def parse_spec(spec: str) -> tuple[str, dict, Optional[str]]:
-    "Split `family:k=v:...:inner-spec` into (family, options, inner spec or None)."
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"a PE spec must be a non-empty string, got {spec!r}")
-    parts = spec.strip().split(":")
-    name, opts, i = parts[0].strip().lower(), {}, 1
-    while i < len(parts) and "=" in parts[i]:
-        k, v = parts[i].split("=", 1)
-        opts[k.strip()] = _parse_value(v.strip())
-        i += 1
-    inner = ":".join(parts[i:]) if i < len(parts) else None
-    return name, opts, inner
+class PESpecError(ValueError):
+    "A bad PE spec; the message is one line that starts with the spec."
+
+
+def _spec_error(spec, msg: str) -> PESpecError:
+    "The one-line error for `spec` (any line break in `msg` becomes a space)."
+    return PESpecError(" ".join(f"bad PE spec {spec!r}: {msg}".splitlines()))
 
 
 def unknown_pe_error(name: str) -> ValueError:
@@ -226,32 +312,66 @@ def unknown_pe_error(name: str) -> ValueError:
     return ValueError(f"unknown positional encoding {name!r}.{hint} Known: {', '.join(sorted(_REGISTRY))}")
 
 
+def _unknown_option(fam: PEFamily, key: str) -> str:
+    "Why `key` is refused: the closest declared option and every accepted one."
+    names = [o.name for o in fam.options]
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown option {key!r} for {fam.name!r}{hint}; {fam.name!r} accepts {', '.join(names) or 'no options'}"
+
+
+def _split(spec: str, whole: str) -> tuple[str, dict, Optional[str]]:
+    "One level of `whole`: the family, its options typed and checked against the declarations, and the inner spec."
+    parts = [p.strip() for p in spec.strip().split(":")]
+    if not all(parts): raise _spec_error(whole, "empty field (a ':' at an end or two ':' in a row)")
+    name = parts[0].lower()
+    if name not in _REGISTRY: raise _spec_error(whole, str(unknown_pe_error(name)))
+    fam, raw, i = _REGISTRY[name], {}, 1
+    while i < len(parts) and "=" in parts[i]:
+        k, v = (s.strip() for s in parts[i].split("=", 1))
+        if k in raw: raise _spec_error(whole, f"{name} option {k!r} is given twice ({k}={raw[k]} and {k}={v})")
+        if fam.option(k) is None: raise _spec_error(whole, _unknown_option(fam, k))
+        raw[k], i = v, i + 1
+    opts = {}
+    for k, v in raw.items():
+        try: opts[k] = fam.option(k).convert(v)
+        except ValueError as e: raise _spec_error(whole, f"{name} option {k!r} {e}") from None
+    inner = ":".join(parts[i:]) if i < len(parts) else None
+    if fam.wraps and inner is None: raise _spec_error(whole, f"{name!r} wraps another PE: write e.g. {fam.examples[0]!r}")
+    if not fam.wraps and inner is not None:
+        raise _spec_error(whole, f"{name!r} takes options key=value, not an inner spec {inner!r}")
+    return name, opts, inner
+
+
+def parse_spec(spec: str) -> tuple[str, dict, Optional[str]]:
+    "Check `family:k=v:...:inner-spec` at every level; return (family, its typed options, inner spec or None)."
+    _load_families()
+    if not isinstance(spec, str) or not spec.strip(): raise _spec_error(spec, "a PE spec must be a non-empty string")
+    name, opts, inner = _split(spec, spec)
+    rest, depth = inner, 1
+    while rest is not None:
+        depth += 1
+        if depth > MAX_SPEC_DEPTH: raise _spec_error(spec, f"more than {MAX_SPEC_DEPTH} nested PEs")
+        _, _, rest = _split(rest, spec)
+    return name, opts, inner
+
+
 def build_pe(spec: str, *, n_heads: int, head_dim: int, d_model: Optional[int] = None, n_layers: int = 1,
              max_len: int = 1024, sep_ids: tuple = (10, 46)) -> PE:
-    "Build the PE module named by `spec` for a model of the given shape."
-    _load_families()
+    "Build the PE module named by `spec` for a model of the given shape (the whole spec is checked first)."
+    parse_spec(spec)
     ctx = PEContext(n_heads, head_dim, d_model or n_heads * head_dim, n_layers, max_len, tuple(sep_ids))
-    return _build(spec, ctx)
+    return _build(spec, ctx, spec)
 
 
-def _build(spec: str, ctx: PEContext) -> PE:
-    name, opts, inner = parse_spec(spec)
-    if name not in _REGISTRY: raise unknown_pe_error(name)
+def _build(spec: str, ctx: PEContext, whole: str) -> PE:
+    "Build one level (inner PE first); a builder's ValueError becomes the spec's one-line error."
+    name, opts, inner = _split(spec, whole)
     fam = _REGISTRY[name]
-    if fam.wraps:
-        if inner is None: raise ValueError(f"{name!r} wraps another PE: write e.g. {fam.examples[0]!r}")
-        args = (_build(inner, ctx),)
-    else:
-        if inner is not None: raise ValueError(f"{name!r} takes options key=value, not an inner spec {inner!r} (in {spec!r})")
-        args = ()
-    try:
-        pe = fam.builder(ctx, *args, **opts)
-    except TypeError as e:
-        if "unexpected keyword" in str(e) or "positional argument" in str(e):
-            import inspect
-            ok = [p for p in inspect.signature(fam.builder).parameters if p not in ("ctx", "inner")]
-            raise ValueError(f"bad options {opts} for {name!r}; it accepts {ok}") from e
-        raise
+    args = (_build(inner, ctx, whole),) if fam.wraps else ()
+    try: pe = fam.builder(ctx, *args, **opts)
+    except PESpecError: raise
+    except ValueError as e: raise _spec_error(whole, str(e)) from e
     pe.spec = spec
     return pe
 
@@ -260,6 +380,51 @@ def _build(spec: str, ctx: PEContext) -> PE:
 def _nope(ctx: PEContext) -> PE:
     "No positional encoding: only the causal mask carries order."
     return PE(ctx)
+
+# %% ../nbs/01_attention.ipynb #8f90169f
+def _default_text(o: Opt) -> str:
+    "An option's default as written in a spec ('—' when unset: the option's doc says what happens then)."
+    return "—" if o.default is None else o.default if isinstance(o.default, str) else _num(o.default)
+
+
+def _family(name: str) -> PEFamily:
+    "The registered family named by `name` (or by the first field of a spec), else the unknown-PE error."
+    _load_families()
+    key = name.split(":")[0].strip().lower() if isinstance(name, str) else name
+    if key not in _REGISTRY: raise unknown_pe_error(str(key))
+    return _REGISTRY[key]
+
+
+def pe_help(name: str) -> str:
+    "Help for one PE family (`lengthx --help-pe NAME`): what it is, its spec form, its options, examples."
+    fam = _family(name)
+    form = f"{fam.name}[:option=value]..." + (":<inner spec>" if fam.wraps else "")
+    lines = [f"{fam.name}: {fam.doc}", "", f"spec: {form}"]
+    if fam.wraps: lines.append("  the inner spec names the PE this one wraps (any registered PE)")
+    if fam.options:
+        rows = [("option", "type", "default", "allowed", "meaning")]
+        rows += [(o.name, o.type.__name__, _default_text(o), o.range_text() or "any", o.doc) for o in fam.options]
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines += ["", "options:"] + ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[4] for r in rows]
+    else:
+        lines += ["", "options: none"]
+    lines += ["", "examples: " + "  ".join(fam.examples)]
+    return "\n".join(lines)
+
+
+def pe_options_markdown() -> str:
+    "A markdown table of every family's options, generated from the declarations (the docs' option table)."
+    _load_families()
+    md = lambda s: str(s).replace("|", "\\|")
+    rows = ["| PE | option | type | default | allowed | meaning |", "|---|---|---|---|---|---|"]
+    for name in sorted(_REGISTRY):
+        fam = _REGISTRY[name]
+        label = f"`{name}`" + (" (wraps a PE)" if fam.wraps else "")
+        if not fam.options: rows.append(f"| {label} | — | | | | no options |")
+        for i, o in enumerate(fam.options):
+            cells = [label if i == 0 else "", f"`{o.name}`", o.type.__name__, md(_default_text(o)), md(o.range_text()), md(o.doc)]
+            rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
 
 # %% ../nbs/01_attention.ipynb #ddfeb723
 PATHS = ("naive", "sdpa", "flex", "chunked")

@@ -64,13 +64,19 @@ class LearnedPE(PE):
         return x + self.table(pos.token)
 
 
-@register_pe("sinusoidal", examples=["sinusoidal", "sinusoidal:scale=1.0"])
+from ..attention import Opt   # declares each option's type, default and range for register_pe
+
+
+@register_pe("sinusoidal", examples=["sinusoidal", "sinusoidal:scale=1.0"], options=[
+    Opt("base", float, 10000.0, "frequency base: ω_i = base^(−2i/d)", lo=1, hi=1e9, lo_open=True, example=500.0),
+    Opt("scale", float, 0.02, "multiplier of the table, to match the token embeddings' size", lo=0, hi=1e3, example=1.0)])
 def _sinusoidal(ctx: PEContext, base: float = 10000.0, scale: float = 0.02) -> PE:
     "Fixed sinusoidal absolute embeddings, scaled to the token embeddings' size."
     return SinusoidalPE(ctx, base, scale)
 
 
-@register_pe("learned")
+@register_pe("learned", options=[
+    Opt("max_len", int, None, "rows of the table (unset: the model's max_len)", lo=1, hi=10**6, example=64)])
 def _learned(ctx: PEContext, max_len: int | None = None) -> PE:
     "Learned absolute embeddings (table of max_len rows)."
     return LearnedPE(ctx, max_len)

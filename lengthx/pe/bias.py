@@ -78,9 +78,21 @@ class T5BiasPE(PE):
         return mod
 
 
-@register_pe("t5", examples=["t5", "t5:bidirectional=true", "t5:num_buckets=16:max_distance=32"])
+from ..attention import Opt   # declares each option's type, default and range for register_pe
+
+
+@register_pe("t5", examples=["t5", "t5:bidirectional=true", "t5:num_buckets=16:max_distance=32"], options=[
+    Opt("num_buckets", int, 32, "learned values per head: half exact distances, half log-spaced", lo=2, hi=65536, example=16),
+    Opt("max_distance", int, 128, "distance where the log-spaced buckets end (farther keys share the last)",
+        lo=1, hi=10**9, example=32),
+    Opt("bidirectional", bool, False, "separate buckets for keys after the query (encoders)", example=True)])
 def _t5(ctx: PEContext, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = False) -> PE:
     "T5 bucketed relative bias (learned, shared across layers)."
+    exact = num_buckets // 4 if bidirectional else num_buckets // 2     # distances that get a bucket each
+    if bidirectional and num_buckets < 4: raise ValueError(f"bidirectional buckets need num_buckets >= 4, got {num_buckets}")
+    if max_distance <= exact:
+        raise ValueError(f"max_distance={max_distance} must exceed the {exact} exactly-bucketed distances "
+                         f"(num_buckets // {4 if bidirectional else 2}), or the log-spaced buckets span nothing")
     return T5BiasPE(ctx, num_buckets, max_distance, bidirectional)
 
 # %% ../../nbs/20_t5_alibi.ipynb #15d5566c
@@ -114,7 +126,8 @@ class ALiBiPE(PE):
         return lambda s, b, h, qi, ki: s - m[h] * (tok[b, qi] - tok[b, ki]).abs()
 
 
-@register_pe("alibi", examples=["alibi", "alibi:scale=2.0"])
+@register_pe("alibi", examples=["alibi", "alibi:scale=2.0"], options=[
+    Opt("scale", float, 1.0, "multiplier of the official slopes 2^(−8h/H)", lo=0, hi=1e6, lo_open=True, example=2.0)])
 def _alibi(ctx: PEContext, scale: float = 1.0) -> PE:
     "ALiBi linear biases with the official slopes (times `scale`)."
     return ALiBiPE(ctx, scale)

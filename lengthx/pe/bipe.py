@@ -110,7 +110,16 @@ class BiPE(WrappedPE):
 BIPE_ALIBI_SCALE = 96.0   # the paper's factor on ALiBi's slopes when they act on segment distances
 
 
-@register_pe("bipe", wraps=True, examples=["bipe:alibi", "bipe:rope", "bipe:kerple_log"])
+from ..attention import Opt   # declares each option's type, default and range for register_pe
+
+
+@register_pe("bipe", wraps=True, examples=["bipe:alibi", "bipe:rope", "bipe:kerple_log"], options=[
+    Opt("table_size", int, 1024, "rows of the intra-segment position table (longer segments share the last row)",
+        lo=1, hi=10**6, example=256),
+    Opt("fixed", int, None, "fixed segment length instead of separator tokens (unset: split at the separators)",
+        lo=1, hi=10**9, example=8),
+    Opt("slope_scale", float, None, f"multiplier of an inner ALiBi's slopes (unset: {BIPE_ALIBI_SCALE:g})",
+        lo=0, hi=1e6, lo_open=True, example=48.0)])
 def _bipe(ctx: PEContext, inner: PE, table_size: int = 1024, fixed: Optional[int] = None,
           slope_scale: Optional[float] = None) -> PE:
     "BiPE around a relative PE: intra-segment learned APE + the inner PE on segment indices (ALiBi slopes ×96 by default)."

@@ -98,8 +98,14 @@ class DAPE(WrappedPE):
         return f"spec={self.spec!r}, variant={self.variant!r}, width={self.width}, layers={len(self.f)}"
 
 
+from ..attention import Opt   # declares each option's type, default and range for register_pe
+
+
 @register_pe("dape", wraps=True,
-             examples=["dape:kerple_log", "dape:alibi", "dape:fire", "dape:t5", "dape:nope", "dape:rope"])
+             examples=["dape:kerple_log", "dape:alibi", "dape:fire", "dape:t5", "dape:nope", "dape:rope"], options=[
+    Opt("variant", str, "concat_residual", "how f combines the scores S and the bias B (the paper's equations)",
+        choices=DAPE_VARIANTS, example="add_residual"),
+    Opt("width", int, 32, "D_DAPE: hidden width of the MLP f", lo=1, hi=4096, example=16)])
 def _dape(ctx: PEContext, inner: PE, variant: str = "concat_residual", width: int = 32) -> PE:
     "DAPE around an inner PE: S + B + f(S, B) per layer (S + f(S) when the inner PE has no bias)."
     return DAPE(ctx, inner, variant, width)

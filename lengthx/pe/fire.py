@@ -59,7 +59,12 @@ class SandwichPE(PE):
         return lambda s, b, h, qi, ki: s + tbl[h, (tok[b, qi] - tok[b, ki]).abs()]
 
 
-@register_pe("sandwich", examples=["sandwich", "sandwich:dbar=64"])
+from ..attention import Opt   # declares each option's type, default and range for register_pe
+
+
+@register_pe("sandwich", examples=["sandwich", "sandwich:dbar=64"], options=[
+    Opt("dbar", int, 128, "d̄: dimension of the sinusoids whose dot product is the bias (even)", lo=2, hi=65536, example=64),
+    Opt("base", float, 10000.0, "frequency base of the sinusoids", lo=1, hi=1e9, lo_open=True, example=500.0)])
 def _sandwich(ctx: PEContext, dbar: int = 128, base: float = 10000.0) -> PE:
     "Sandwich: parameter-free sinusoidal dot-product bias with per-head compression."
     return SandwichPE(ctx, dbar, base)
@@ -118,7 +123,11 @@ class FirePE(PE):
         return mod
 
 
-@register_pe("fire", examples=["fire", "fire:init_L=8"])
+@register_pe("fire", examples=["fire", "fire:init_L=8"], options=[
+    Opt("width", int, 32, "hidden width of the MLP f_θ", lo=1, hi=4096, example=16),
+    Opt("init_c", float, 0.1, "initial c of ψ(x) = log(c·x + 1)", lo=0, hi=1e6, lo_open=True, example=1.0),
+    Opt("init_L", float, None, "initial threshold L of the normalizer ψ(max(i, L)) (unset: max_len)",
+        lo=0, hi=1e9, lo_open=True, example=8.0)])
 def _fire(ctx: PEContext, width: int = 32, init_c: float = 0.1, init_L: Optional[float] = None) -> PE:
     "FIRE: MLP of the log-normalized distance ψ(i−j)/ψ(max(i, L)) (learned c, L)."
     return FirePE(ctx, width, init_c, init_L)

@@ -15,8 +15,8 @@ from ..attention import PE, PEContext, Positions, register_pe
 from .bias import relative_positions, squeeze_batch
 
 # %% auto #0
-__all__ = ['sum_zero_projector', 'cpd_margin', 'gram', 'pd_shift', 'kerple_power', 'kerple_log', 'kerple_3log', 'kerple_weight',
-           'KerplePE']
+__all__ = ['KERPLE_OPTIONS', 'sum_zero_projector', 'cpd_margin', 'gram', 'pd_shift', 'kerple_power', 'kerple_log', 'kerple_3log',
+           'kerple_weight', 'KerplePE']
 
 # %% ../../nbs/21_kerple.ipynb #4e17b02a
 def sum_zero_projector(n: int, dtype=torch.float64) -> Tensor:
@@ -137,25 +137,34 @@ class KerplePE(PE):
     def extra_repr(self) -> str: return f"spec={self.spec!r}, kind={self.kind!r}, per_layer={self.per_layer}"
 
 
-@register_pe("kerple_log", examples=["kerple_log", "kerple_log:per_layer=true"])
+from ..attention import Opt   # declares each option's type, default and range for register_pe
+
+
+KERPLE_OPTIONS = (
+    Opt("per_layer", bool, False, "separate kernel parameters for each layer", example=True),
+    Opt("eps", float, 0.01, "floor of the kernel's coefficients and exponents (exponents are clamped to [eps, 2])",
+        lo=0, hi=2, lo_open=True, example=0.05))
+
+
+@register_pe("kerple_log", examples=["kerple_log", "kerple_log:per_layer=true"], options=KERPLE_OPTIONS)
 def _kerple_log(ctx: PEContext, per_layer: bool = False, eps: float = 0.01) -> PE:
     "KERPLE logarithmic variant −r1·log(1 + r2|m−n|) (the paper's best)."
     return KerplePE(ctx, "log", per_layer, eps)
 
 
-@register_pe("kerple_power", examples=["kerple_power", "kerple_power:per_layer=true"])
+@register_pe("kerple_power", examples=["kerple_power", "kerple_power:per_layer=true"], options=KERPLE_OPTIONS)
 def _kerple_power(ctx: PEContext, per_layer: bool = False, eps: float = 0.01) -> PE:
     "KERPLE power variant −r1·|m−n|^r2, 0 < r2 ≤ 2."
     return KerplePE(ctx, "power", per_layer, eps)
 
 
-@register_pe("kerple_3log", examples=["kerple_3log"])
+@register_pe("kerple_3log", examples=["kerple_3log"], options=KERPLE_OPTIONS)
 def _kerple_3log(ctx: PEContext, per_layer: bool = False, eps: float = 0.01) -> PE:
     "KERPLE 3-parameter log variant −r1·log(1 + r2|m−n|^r3)."
     return KerplePE(ctx, "3log", per_layer, eps)
 
 
-@register_pe("kerple_biaswt", examples=["kerple_biaswt", "kerple_biaswt:per_layer=true"])
+@register_pe("kerple_biaswt", examples=["kerple_biaswt", "kerple_biaswt:per_layer=true"], options=KERPLE_OPTIONS)
 def _kerple_biaswt(ctx: PEContext, per_layer: bool = False, eps: float = 0.01) -> PE:
     "KERPLE bias+weight: q·k·exp(−r3|m−n|^r4) − r1|m−n|^r2 (naive/chunked paths only)."
     return KerplePE(ctx, "biaswt", per_layer, eps)

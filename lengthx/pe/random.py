@@ -43,7 +43,13 @@ class RandomizedPE(WrappedPE):
     def extra_repr(self) -> str: return f"spec={self.spec!r}, max_len={self.max_len}, eval_random={self.eval_random}"
 
 
-@register_pe("randomized", wraps=True, examples=["randomized:alibi", "randomized:sinusoidal", "randomized:rope"])
+from ..attention import Opt   # declares each option's type, default and range for register_pe
+
+
+@register_pe("randomized", wraps=True, examples=["randomized:alibi", "randomized:sinusoidal", "randomized:rope"], options=[
+    Opt("max_len", int, None, "N: training positions are drawn from range(N) (unset: 4 × max_len)", lo=1, hi=10**7,
+        example=2048),
+    Opt("eval_random", bool, False, "draw random positions at evaluation too (the CHE protocol)", example=True)])
 def _randomized(ctx: PEContext, inner: PE, max_len: Optional[int] = None, eval_random: bool = False) -> PE:
     "Randomized positions wrapping a PE: `randomized[:max_len=N]:<inner spec>` (N defaults to 4× the training length)."
     return RandomizedPE(ctx, inner, max_len, eval_random)

@@ -15,8 +15,9 @@ from torch import Tensor
 from ..attention import PE, PEContext, Positions, register_pe
 
 # %% auto #0
-__all__ = ['ROPE_SCALINGS', 'rope_inv_freq', 'rotary_table', 'apply_rotary', 'rope_rotate_half', 'rope_interleaved',
-           'rope_complex', 'rope_matrix', 'rope_decay_bound', 'rotary_dim', 'RoPE']
+__all__ = ['ROPE_SCALINGS', 'ROPE_BASE', 'ROPE_FRAC', 'ROPE_ORIGINAL_MAX_LEN', 'rope_inv_freq', 'rotary_table', 'apply_rotary',
+           'rope_rotate_half', 'rope_interleaved', 'rope_complex', 'rope_matrix', 'rope_decay_bound', 'rotary_dim',
+           'RoPE']
 
 # %% ../../nbs/10_rope.ipynb #1853a73f
 def rope_inv_freq(dim: int, base: float = 10000.0) -> Tensor:
@@ -244,7 +245,23 @@ class RoPE(PE):
 ROPE_SCALINGS: dict = {}   # "pi" | "ntk" | "dynamic" -> builder(ctx, scale, base, frac, original_max_len); filled by chapter 12
 
 
-@register_pe("rope", examples=["rope", "rope:pi=4", "rope:ntk=8", "rope:dynamic=4", "rope:frac=0.5"])
+from ..attention import Opt   # declares each option's type, default and range for register_pe
+
+
+ROPE_BASE = Opt("base", float, 10000.0, "frequency base: θ_i = base^(−2i/r)", lo=1, hi=1e9, lo_open=True, example=500000.0)
+ROPE_FRAC = Opt("frac", float, 1.0, "fraction of each head's dimensions that rotate (partial RoPE)", lo=0, hi=1, lo_open=True,
+                example=0.5)
+ROPE_ORIGINAL_MAX_LEN = Opt("original_max_len", int, None, "training length the scaling refers to (unset: max_len)",
+                            lo=1, hi=10**9, example=64)
+
+
+@register_pe("rope", examples=["rope", "rope:pi=4", "rope:ntk=8", "rope:dynamic=4", "rope:frac=0.5"], options=[
+    ROPE_BASE, ROPE_FRAC,
+    Opt("pi", float, None, "Position Interpolation factor s: position m is read as m/s (chapter 12)", lo=1, hi=1e6, example=4.0),
+    Opt("ntk", float, None, "NTK-aware factor s: the base grows so the slowest pair turns s times slower", lo=1, hi=1e6,
+        example=8.0),
+    Opt("dynamic", float, None, "dynamic NTK factor s, recomputed from the current length", lo=1, hi=1e6, example=4.0),
+    ROPE_ORIGINAL_MAX_LEN])
 def _rope(ctx: PEContext, base: float = 10000.0, frac: float = 1.0, pi: Optional[float] = None,
           ntk: Optional[float] = None, dynamic: Optional[float] = None, original_max_len: Optional[int] = None) -> PE:
     "RoPE; pi=s, ntk=s or dynamic=s pick a context-extension scaling (chapter 12), original_max_len defaults to max_len."

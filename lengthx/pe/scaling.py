@@ -148,16 +148,30 @@ def _dynamic_rope(ctx: PEContext, s: float, base: float, frac: float, original_m
 ROPE_SCALINGS.update(pi=_pi_rope, ntk=_ntk_rope, dynamic=_dynamic_rope)   # the `rope` family's options (chapter 10)
 
 
-@register_pe("yarn", examples=["yarn:s=8", "yarn:s=4:beta_fast=16"])
+from ..attention import Opt   # declares each option's type, default and range for register_pe
+from .rotary import ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN
+
+
+@register_pe("yarn", examples=["yarn:s=8", "yarn:s=4:beta_fast=16"], options=[
+    Opt("s", float, 8.0, "scale factor: the context grows s-fold", lo=1, hi=1e6, example=4.0),
+    ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN,
+    Opt("beta_fast", float, 32.0, "β: pairs turning more than β times in the training window keep their frequency",
+        lo=1e-3, hi=1e6, example=16.0),
+    Opt("beta_slow", float, 1.0, "α: pairs turning fewer than α times are fully interpolated (α < β)",
+        lo=1e-3, hi=1e6, example=2.0)])
 def _yarn(ctx: PEContext, s: float = 8.0, base: float = 10000.0, frac: float = 1.0, original_max_len: Optional[int] = None,
           beta_fast: float = 32.0, beta_slow: float = 1.0) -> PE:
     "YaRN: ramp between kept and interpolated pairs, cos/sin × (0.1 ln s + 1); original_max_len defaults to max_len."
+    if not beta_fast > beta_slow: raise ValueError(f"beta_fast={beta_fast:g} must exceed beta_slow={beta_slow:g} (β > α)")
     r = rotary_dim(ctx.head_dim, frac)
     inv, factor = yarn_inv_freq(r, base, s, int(original_max_len or ctx.max_len), beta_fast, beta_slow)
     return RoPE(ctx, base, frac, inv_freq=inv, attn_factor=factor)
 
 
-@register_pe("rerope", examples=["rerope", "rerope:w=16", "rerope:w=4"])
+@register_pe("rerope", examples=["rerope", "rerope:w=16", "rerope:w=4"], options=[
+    Opt("w", int, None, "window: exact RoPE for |m−n| < w, relative position clipped to w beyond (unset: max_len // 2)",
+        lo=1, hi=10**9, example=16),
+    ROPE_BASE, ROPE_FRAC])
 def _rerope(ctx: PEContext, w: Optional[int] = None, base: float = 10000.0, frac: float = 1.0) -> PE:
     "ReRoPE: exact RoPE inside window w (default max_len // 2), relative position clipped to w beyond (naive/chunked only)."
     return ReRoPE(ctx, w if w is not None else max(1, ctx.max_len // 2), base, frac)

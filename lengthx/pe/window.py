@@ -55,8 +55,12 @@ class WindowPE(WrappedPE):
     def extra_repr(self) -> str: return f"spec={self.spec!r}, w={self.w}"
 
 
+from ..attention import Opt   # declares each option's type, default and range for register_pe
+
+
 @register_pe("window", wraps=True, examples=["window:w=64:kerple_log", "window:w=4:nope", "window:w=8:alibi",
-                                             "window:w=4:rope", "window:w=6:kerple_biaswt"])
+                                             "window:w=4:rope", "window:w=6:kerple_biaswt"], options=[
+    Opt("w", int, 64, "keys at distance ≥ w get a −1e4 logit", lo=1, hi=10**9, example=8)])
 def _window(ctx: PEContext, inner: PE, w: int = 64) -> PE:
     "Window attention (keys within distance w) around an inner PE: KERPLE's windowed baseline."
     return WindowPE(ctx, inner, w)

@@ -63,7 +63,14 @@ class XPos(RoPE):
     def extra_repr(self) -> str: return f"{super().extra_repr()}, scale_base={self.scale_base:g}"
 
 
-@register_pe("xpos", examples=["xpos", "xpos:scale_base=64"])
+from ..attention import Opt   # declares each option's type, default and range for register_pe
+from .rotary import ROPE_BASE, ROPE_FRAC
+
+
+@register_pe("xpos", examples=["xpos", "xpos:scale_base=64"], options=[
+    ROPE_BASE,
+    Opt("scale_base", float, 512.0, "γ: tokens over which each pair's decay ζ_i applies once", lo=1, hi=1e9, example=64.0),
+    ROPE_FRAC])
 def _xpos(ctx: PEContext, base: float = 10000.0, scale_base: float = 512.0, frac: float = 1.0) -> PE:
     "xPos: RoPE with per-pair exponential decay ζ^{(m−n)/γ} (scale_base γ, default 512)."
     return XPos(ctx, base, scale_base, frac)
