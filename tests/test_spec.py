@@ -298,7 +298,7 @@ def test_every_option_at_its_bounds(name):
 def test_fuzz_grammar_specs():
     "Registry names x declared options x values (in range, at the bounds, odd), nested up to 4 deep."
     count = {"built": 0, "refused": 0}
-    @settings(FUZZ, max_examples=700)
+    @settings(FUZZ, max_examples=1000)
     @given(grammar_specs())
     def prop(spec):
         pe = build_or_refuse(spec)
