@@ -112,7 +112,8 @@ def test_dape_fire_uses_the_dape_codes_leaky_relu():
     leaky = by_hand(lambda t: F.leaky_relu(t, 0.01))
     assert torch.allclose(pe.bias(pos, pos), leaky, atol=1e-5)
     assert not torch.allclose(leaky, by_hand(F.relu), atol=1e-6)                # the activation matters here
-    assert type(DAPE(ctx(), build_pe("fire", n_heads=H, head_dim=8), fire_slope=None).inner.mlp[1]) is nn.ReLU
+    for cls in (DAPE, CDAPE):
+        assert type(cls(ctx(), build_pe("fire", n_heads=H, head_dim=8), fire_slope=None).inner.mlp[1]) is nn.ReLU
     alibi = build_pe("alibi", n_heads=H, head_dim=8)
     assert leaky_fire(alibi) is alibi                                           # other PEs pass unchanged
 
