@@ -7,7 +7,7 @@ import torch
 from lengthx.attention import Positions, attention, build_pe
 from lengthx.model import GPT, GPTConfig
 from lengthx.pe.bias import alibi_slopes
-from lengthx.pe.bipe import (BiNFA, NFA, binfa_accepts_bilevel, fixed_segment_positions, is_binfa, nfa_accepts,
+from lengthx.pe.bipe import (BiNFA, BiPE, NFA, binfa_accepts_bilevel, fixed_segment_positions, is_binfa, nfa_accepts,
                              random_binfa, sample_binfa_strings, segment_matrix, segment_positions)
 from lengthx.pe.rotary import rope_inv_freq, rope_interleaved
 
@@ -93,6 +93,30 @@ def test_intra_table_is_clipped_and_shared_between_segments():
     assert pos.intra.tolist() == [[0, 1, 2, 3, 3, 3, 3, 0, 1]]
     e = pe.embed(torch.zeros(1, 9, 16), pos)
     assert torch.equal(e[0, 7], pe.table.weight[0]) and torch.equal(e[0, 0], e[0, 7]) and torch.equal(e[0, 5], pe.table.weight[3])
+
+
+def test_last_row_is_the_authors_padding_row():
+    "As nn.Embedding(1024, d, padding_idx=-1) in the authors' code: the row clipped positions land on is 0 and never trained."
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(n_layer=1, n_head=2, d_model=16, pe="bipe:table_size=4:alibi", max_len=24, sep_ids=(0,)))
+    assert m.pe.pad_last and m.pe.table.padding_idx == 3
+    assert (m.pe.table.weight[3] == 0).all() and (m.pe.table.weight[:3] != 0).any()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1)
+    x = torch.randint(1, 4, (2, 24)); x[:, 12] = 0                    # two long segments: intra >= 3 clips to row 3
+    for _ in range(3):
+        _, loss = m(x, torch.roll(x, -1, 1))
+        opt.zero_grad(); loss.backward()
+        g = m.pe.table.weight.grad
+        assert g[3].abs().sum() == 0 and g[:3].abs().sum() > 0
+        opt.step()
+    assert (m.pe.table.weight[3] == 0).all()                           # AdamW's decay and update leave it at 0
+    pos = m.pe.make_positions(x)
+    e = m.pe.embed(torch.zeros(2, 24, 16), pos)
+    assert (pos.intra >= 3).any() and (e[pos.intra >= 3] == 0).all() and (e[pos.intra < 3].abs().sum(-1) > 0).all()
+    learned = BiPE(m.pe.ctx, build_pe("alibi", n_heads=2, head_dim=8), table_size=4, pad_last=False)
+    assert learned.table.padding_idx is None and (learned.table.weight[3] != 0).any()
+    learned.embed(torch.zeros(2, 24, 16), pos).sum().backward()
+    assert learned.table.weight.grad[3].abs().sum() > 0
 
 
 def test_bipe_alibi_bias_is_96_slopes_times_segment_distance():

@@ -10,7 +10,7 @@ from torch import nn
 from lengthx.attention import PE, PEContext, Positions, attention, build_pe, causal_mask, check_paths_agree, pe_examples
 from lengthx.model import GPT, GPTConfig
 from lengthx.pe.cdape import CDAPE, ScoreConv, delta_p, tril_masked
-from lengthx.pe.dape import DAPE, DAPE_VARIANTS, ScoreMLP, dape_flops, dape_logits
+from lengthx.pe.dape import DAPE, DAPE_FIRE_SLOPE, DAPE_VARIANTS, ScoreMLP, dape_flops, dape_logits, leaky_fire
 
 H = 4
 
@@ -95,6 +95,27 @@ def test_zero_f_is_exactly_the_base(spec):
                 for p in last.parameters(): p.zero_()
         for path in ("naive", "chunked"):
             assert torch.equal(attention(q, k, v, pe, pos, path=path, block=16), attention(q, k, v, base, pos, path=path, block=16))
+
+
+def test_dape_fire_uses_the_dape_codes_leaky_relu():
+    "dape:fire and cdape:fire put LeakyReLU(0.01) in FIRE's MLP (the DAPE repo's FIRE_C / FIRE_DAPEV2); plain fire keeps ReLU."
+    assert type(build_pe("fire", n_heads=H, head_dim=8).mlp[1]) is nn.ReLU
+    for spec in ("dape:fire", "cdape:fire"):
+        act = build_pe(spec, n_heads=H, head_dim=8).inner.mlp[1]
+        assert type(act) is nn.LeakyReLU and act.negative_slope == DAPE_FIRE_SLOPE == 0.01
+    torch.manual_seed(0)
+    pe = build_pe("dape:fire", n_heads=H, head_dim=8, max_len=32)
+    fire, pos = pe.inner, Positions.arange(1, 20)
+    x = fire.normalized(pos, pos)[0]                                            # [Tq, Tk]
+    w1, b1, w2, b2 = fire.mlp[0].weight[:, 0], fire.mlp[0].bias, fire.mlp[2].weight, fire.mlp[2].bias
+    by_hand = lambda act: torch.einsum("qku,hu->hqk", act(x[..., None] * w1 + b1), w2) + b2[:, None, None]
+    leaky = by_hand(lambda t: F.leaky_relu(t, 0.01))
+    assert torch.allclose(pe.bias(pos, pos), leaky, atol=1e-5)
+    assert not torch.allclose(leaky, by_hand(F.relu), atol=1e-6)                # the activation matters here
+    for cls in (DAPE, CDAPE):
+        assert type(cls(ctx(), build_pe("fire", n_heads=H, head_dim=8), fire_slope=None).inner.mlp[1]) is nn.ReLU
+    alibi = build_pe("alibi", n_heads=H, head_dim=8)
+    assert leaky_fire(alibi) is alibi                                           # other PEs pass unchanged
 
 
 def test_dape_mlp_is_elementwise():

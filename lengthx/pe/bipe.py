@@ -54,7 +54,8 @@ def _makes_positions(pe: PE) -> bool:
 
 class BiPE(WrappedPE):
     "BiPE (He et al., 2024): a learned APE on the position inside each segment, and the inner relative PE on segment indices."
-    def __init__(self, ctx: PEContext, inner: PE, table_size: int = 1024, fixed: Optional[int] = None):
+    def __init__(self, ctx: PEContext, inner: PE, table_size: int = 1024, fixed: Optional[int] = None,
+                 pad_last: bool = True):
         super().__init__(ctx, inner)
         if inner.uses_embed:
             raise ValueError(f"bipe needs a relative inner PE for the segment level; {inner.spec!r} adds an absolute "
@@ -63,9 +64,12 @@ class BiPE(WrappedPE):
             raise ValueError(f"bipe builds the positions itself and cannot wrap {inner.spec!r}, which makes its own")
         if table_size < 1: raise ValueError(f"the intra-segment table needs at least one row, got table_size={table_size}")
         if fixed is not None and fixed < 1: raise ValueError(f"a fixed segment length must be >= 1, got fixed={fixed}")
-        self.table_size, self.fixed = int(table_size), fixed
-        self.table = nn.Embedding(self.table_size, ctx.d_model)
+        self.table_size, self.fixed, self.pad_last = int(table_size), fixed, bool(pad_last)
+        # pad_last: the authors' nn.Embedding(1024, d, padding_idx=-1) — the row clipped positions land on is 0, never trained
+        self.table = nn.Embedding(self.table_size, ctx.d_model, padding_idx=self.table_size - 1 if self.pad_last else None)
         nn.init.normal_(self.table.weight, std=0.02)
+        if self.pad_last:
+            with torch.no_grad(): self.table.weight[-1].zero_()
 
     def make_positions(self, ids: Tensor, offset: int = 0) -> Positions:
         "Token positions offset.., plus segment index and intra-segment position (clipped to the table) read from ids [B, T]."
@@ -104,7 +108,7 @@ class BiPE(WrappedPE):
 
     def extra_repr(self) -> str:
         seg = f"fixed={self.fixed}" if self.fixed else f"sep_ids={self.ctx.sep_ids}"
-        return f"spec={self.spec!r}, table_size={self.table_size}, {seg}"
+        return f"spec={self.spec!r}, table_size={self.table_size}, pad_last={self.pad_last}, {seg}"
 
 
 BIPE_ALIBI_SCALE = 96.0   # the paper's factor on ALiBi's slopes when they act on segment distances

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import PE, PEContext, register_pe
-from .dape import DAPE
+from .dape import DAPE, DAPE_FIRE_SLOPE
 
 # %% auto #0
 __all__ = ['tril_masked', 'ScoreConv', 'CDAPE', 'delta_p', 'cdape_flops']
@@ -45,9 +45,10 @@ class ScoreConv(nn.Module):
 
 class CDAPE(DAPE):
     "CDAPE (DAPE v2): logits S + B + Conv(LeakyReLU(Conv(tril[S; B]))) with 1×k kernels along the key axis, one f per layer."
-    def __init__(self, ctx: PEContext, inner: PE, k: int = 3, width: int = 32, variant: str = "concat_residual"):
+    def __init__(self, ctx: PEContext, inner: PE, k: int = 3, width: int = 32, variant: str = "concat_residual",
+                 fire_slope: Optional[float] = DAPE_FIRE_SLOPE):
         self.k = int(k)
-        super().__init__(ctx, inner, variant, width)
+        super().__init__(ctx, inner, variant, width, fire_slope)
 
     def make_f(self, c_in: int, width: int, c_out: int) -> nn.Module:
         return ScoreConv(c_in, width, c_out, self.k)

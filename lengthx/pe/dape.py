@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from ..attention import PE, PEContext, WrappedPE, register_pe
 
 # %% auto #0
-__all__ = ['DAPE_VARIANTS', 'ScoreMLP', 'dape_logits', 'DAPE', 'dape_flops']
+__all__ = ['DAPE_VARIANTS', 'DAPE_FIRE_SLOPE', 'ScoreMLP', 'dape_logits', 'leaky_fire', 'DAPE', 'dape_flops']
 
 # %% ../../nbs/40_dape.ipynb #6143959a
 DAPE_VARIANTS = ("concat", "concat_residual", "add_residual")
@@ -53,10 +53,24 @@ def _as_batched(bias: Tensor, like: Tensor) -> Tensor:
     return b[None] if b.dim() == 3 else b
 
 
+DAPE_FIRE_SLOPE = 0.01   # the DAPE repo's FIRE_C / FIRE_DAPEV2: nn.LeakyReLU() (slope 0.01) inside FIRE's MLP
+
+
+def leaky_fire(pe: PE, slope: float = DAPE_FIRE_SLOPE) -> PE:
+    "Give a FIRE base PE (possibly wrapped) the DAPE authors' activation, LeakyReLU(slope), in its MLP; other PEs pass unchanged."
+    from lengthx.pe.fire import FirePE
+    base = pe
+    while isinstance(base, WrappedPE): base = base.inner
+    if isinstance(base, FirePE): base.mlp[1] = nn.LeakyReLU(slope)
+    return pe
+
+
 class DAPE(WrappedPE):
     "DAPE (Zheng et al., 2024): logits S + B + f(S, B) with a per-layer MLP f over all heads' scores and biases."
-    def __init__(self, ctx: PEContext, inner: PE, variant: str = "concat_residual", width: int = 32):
+    def __init__(self, ctx: PEContext, inner: PE, variant: str = "concat_residual", width: int = 32,
+                 fire_slope: Optional[float] = DAPE_FIRE_SLOPE):
         super().__init__(ctx, inner)
+        if fire_slope is not None: leaky_fire(inner, fire_slope)   # a FIRE base gets the DAPE code's LeakyReLU
         if variant not in DAPE_VARIANTS: raise ValueError(f"unknown DAPE variant {variant!r}; choose from {DAPE_VARIANTS}")
         if inner.uses_refine: raise ValueError(f"{type(self).__name__} cannot wrap {inner.spec!r}: it already refines logits")
         if width < 1: raise ValueError(f"the hidden width D_DAPE must be positive, got {width}")
