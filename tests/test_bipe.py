@@ -251,3 +251,10 @@ def test_sampler_errors():
         sample_binfa_strings(m, 10, 5, 3)
     with pytest.raises(ValueError, match="even"):
         sample_binfa_strings(m, 9, 8, 2)
+
+
+def test_pad_last_is_a_spec_option():
+    "`bipe:pad_last=false:...` gives the learned last row; the default is the authors' zero padding row."
+    assert build_pe("bipe:alibi", n_heads=2, head_dim=8, d_model=16).table.padding_idx == 1023
+    learned = build_pe("bipe:pad_last=false:table_size=4:alibi", n_heads=2, head_dim=8, d_model=16)
+    assert learned.table.padding_idx is None and (learned.table.weight[3] != 0).any()

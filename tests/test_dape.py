@@ -316,3 +316,11 @@ def test_proposition3_one_layer_cdape_recall_without_pe():
     assert w[0, 0, -1].argmax() == 1 and w[0, 0, -1, 1] > 0.9
     assert F.cosine_similarity(out[0, 0, -1], X[1], dim=0) > 0.9
     assert w0[0, 0, -1, 1] < 0.01          # without the convolution the trigger does not look at x_2
+
+
+def test_fire_slope_is_a_spec_option():
+    "`dape:fire_slope=0:fire` is FIRE's own ReLU (slope 0); the default is the DAPE code's LeakyReLU(0.01)."
+    for spec in ("dape:fire_slope=0:fire", "cdape:fire_slope=0:fire"):
+        act = build_pe(spec, n_heads=H, head_dim=8).inner.mlp[1]
+        assert isinstance(act, (nn.ReLU, nn.LeakyReLU)) and getattr(act, "negative_slope", 0.0) == 0.0
+    assert build_pe("dape:fire", n_heads=H, head_dim=8).inner.mlp[1].negative_slope == 0.01

@@ -123,9 +123,11 @@ from ..attention import Opt   # declares each option's type, default and range f
     Opt("fixed", int, None, "fixed segment length instead of separator tokens (unset: split at the separators)",
         lo=1, hi=10**9, example=8),
     Opt("slope_scale", float, None, f"multiplier of an inner ALiBi's slopes (unset: {BIPE_ALIBI_SCALE:g})",
-        lo=0, hi=1e6, lo_open=True, example=48.0)])
+        lo=0, hi=1e6, lo_open=True, example=48.0),
+    Opt("pad_last", bool, True, "the last table row is the authors' zero padding row (false: a learned row)",
+        example=False)])
 def _bipe(ctx: PEContext, inner: PE, table_size: int = 1024, fixed: Optional[int] = None,
-          slope_scale: Optional[float] = None) -> PE:
+          slope_scale: Optional[float] = None, pad_last: bool = True) -> PE:
     "BiPE around a relative PE: intra-segment learned APE + the inner PE on segment indices (ALiBi slopes ×96 by default)."
     base = inner
     while isinstance(base, WrappedPE): base = base.inner                # bipe:dape:alibi scales the ALiBi inside
@@ -134,7 +136,7 @@ def _bipe(ctx: PEContext, inner: PE, table_size: int = 1024, fixed: Optional[int
         base.register_buffer("slopes", base.slopes * s, persistent=False)
     elif slope_scale is not None:
         raise ValueError(f"slope_scale multiplies ALiBi slopes; {inner.spec!r} has none")
-    return BiPE(ctx, inner, table_size, fixed)
+    return BiPE(ctx, inner, table_size, fixed, pad_last)
 
 # %% ../../nbs/30_bipe.ipynb #dc07a477
 @dataclass

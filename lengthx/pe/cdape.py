@@ -63,10 +63,12 @@ from .dape import DAPE_VARIANTS
 @register_pe("cdape", wraps=True, examples=["cdape:k=3:kerple_log", "cdape:k=3:alibi", "cdape:nope", "cdape:rope"], options=[
     Opt("k", int, 3, "kernel size 1×k along the key axis (odd)", lo=1, hi=63, example=5),
     Opt("width", int, 32, "hidden channels of the convolution", lo=1, hi=4096, example=16),
-    Opt("variant", str, "concat_residual", "how f combines S and B (as in DAPE)", choices=DAPE_VARIANTS, example="add_residual")])
-def _cdape(ctx: PEContext, inner: PE, k: int = 3, width: int = 32, variant: str = "concat_residual") -> PE:
+    Opt("variant", str, "concat_residual", "how f combines S and B (as in DAPE)", choices=DAPE_VARIANTS, example="add_residual"),
+    Opt("fire_slope", float, DAPE_FIRE_SLOPE, "negative slope of an inner FIRE's MLP activation (as in DAPE)", lo=0, hi=1, example=0.0)])
+def _cdape(ctx: PEContext, inner: PE, k: int = 3, width: int = 32, variant: str = "concat_residual",
+           fire_slope: float = DAPE_FIRE_SLOPE) -> PE:
     "CDAPE around an inner PE: S + B + Conv1xk(tril[S; B]) per layer (S + Conv(tril S) without a bias)."
-    return CDAPE(ctx, inner, k, width, variant)
+    return CDAPE(ctx, inner, k, width, variant, fire_slope)
 
 # %% ../../nbs/41_cdape.ipynb #3fcd674b
 @torch.no_grad()

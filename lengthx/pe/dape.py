@@ -119,10 +119,13 @@ from ..attention import Opt   # declares each option's type, default and range f
              examples=["dape:kerple_log", "dape:alibi", "dape:fire", "dape:t5", "dape:nope", "dape:rope"], options=[
     Opt("variant", str, "concat_residual", "how f combines the scores S and the bias B (the paper's equations)",
         choices=DAPE_VARIANTS, example="add_residual"),
-    Opt("width", int, 32, "D_DAPE: hidden width of the MLP f", lo=1, hi=4096, example=16)])
-def _dape(ctx: PEContext, inner: PE, variant: str = "concat_residual", width: int = 32) -> PE:
+    Opt("width", int, 32, "D_DAPE: hidden width of the MLP f", lo=1, hi=4096, example=16),
+    Opt("fire_slope", float, DAPE_FIRE_SLOPE, "negative slope of an inner FIRE's MLP activation (DAPE code: LeakyReLU 0.01; 0: FIRE's ReLU)",
+        lo=0, hi=1, example=0.0)])
+def _dape(ctx: PEContext, inner: PE, variant: str = "concat_residual", width: int = 32,
+          fire_slope: float = DAPE_FIRE_SLOPE) -> PE:
     "DAPE around an inner PE: S + B + f(S, B) per layer (S + f(S) when the inner PE has no bias)."
-    return DAPE(ctx, inner, variant, width)
+    return DAPE(ctx, inner, variant, width, fire_slope)
 
 # %% ../../nbs/40_dape.ipynb #d33e281f
 def dape_flops(batch: int, n_heads: int, tq: int, tk: int, width: int = 32, with_bias: bool = True,
