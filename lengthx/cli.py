@@ -163,7 +163,7 @@ def _device(s: str) -> str:
             raise argparse.ArgumentTypeError("mps asked for, but Apple's MPS backend is not available here")
     return s
 
-# %% ../nbs/54_cli.ipynb #88d8730b
+# %% ../nbs/54_cli.ipynb #0312d622
 def check_cache_dir() -> None:
     "Refuse a `LENGTHX_CACHE` that cannot hold the token cache (a file, or a path under a file) before any work."
     env = os.environ.get("LENGTHX_CACHE")
@@ -269,7 +269,7 @@ def read_results(path: Path) -> dict:
                          "move it away or use another --out") from None
     return res
 
-# %% ../nbs/54_cli.ipynb #2959cc46
+# %% ../nbs/54_cli.ipynb #12f7d9a2
 _RUN_DIR: Optional[Path] = None   # the run directory being trained, so an interrupt can say what was kept
 
 
@@ -289,10 +289,16 @@ def train_run(mcfg, tcfg, run_dir: Path, *, tokens=None, progress: bool = True, 
     "`lengthx.train.train` in `run_dir`, saying when it resumes; returns (model, history)."
     global _RUN_DIR
     from lengthx.train import train
-    step = _checkpoint_step(run_dir)
-    if step is not None: _say(f"{prog}: resuming from step {step} in {run_dir}")
+    from tqdm import tqdm
+    step, said = _checkpoint_step(run_dir), []
+
+    def first_step(rec):            # said once training has really resumed (after the run's identity was checked)
+        if step and not said: said.append(tqdm.write(f"{prog}: resuming from step {step} in {run_dir}", file=sys.stderr))
+
     _RUN_DIR = Path(run_dir)
-    return train(mcfg, tcfg, tokens=tokens, run_dir=run_dir, progress=progress)
+    model, hist = train(mcfg, tcfg, tokens=tokens, run_dir=run_dir, progress=progress, callback=first_step)
+    if step and not said: _say(f"{prog}: {run_dir} already holds the finished run (step {step}); nothing to train")
+    return model, hist
 
 
 def sweep_one(spec: str, budget: Budget, out: Path, *, protocol: Protocol = PROTOCOL, seed: int = 0,
@@ -342,6 +348,9 @@ def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Pat
     path, settings, t0 = out / "results.json", sweep_settings(budget, protocol, seed), time.time()
     with exclusive_lock(out / ".lock", f"sweep output {out}"):
         res = read_results(path)
+        if res and not (isinstance(res.get("settings"), dict) and isinstance(res.get("rows"), dict)
+                        and all(isinstance(r, dict) and isinstance(r.get("ppl"), dict) for r in res["rows"].values())):
+            raise ValueError(f"{path} is damaged (not a lengthx sweep's results); move it away or use another --out")
         if res.get("settings", settings) != settings:
             diff = sorted(k for k in settings if res["settings"].get(k) != settings[k])
             raise ValueError(f"{path} holds a sweep with other settings ({', '.join(diff)} differ); use another --out")
@@ -482,7 +491,7 @@ def bench_model(pes: Sequence[str], preset: str = "small", length: int = 512, ba
         out.append({"pe": s, "seconds": med, "tokens_per_s": batch_size * length / med})
     return out
 
-# %% ../nbs/54_cli.ipynb #343afc1c
+# %% ../nbs/54_cli.ipynb #f70b4c92
 def _shape(mcfg) -> dict:
     "The model shape `check_spec` tries a spec at."
     return dict(n_heads=mcfg.n_head, head_dim=mcfg.d_model // mcfg.n_head, d_model=mcfg.d_model, n_layers=mcfg.n_layer,
@@ -566,8 +575,8 @@ def _cmd_sweep(a):
     check_protocol(p, eval_lengths(b.train_len, p.max_factor))
     pes = expand_specs(a.pes)
     for s in pes: check_spec(s, **_shape(GPTConfig.preset(b.preset, pe=s, max_len=b.train_len)))
-    _say(f"lengthx sweep: {len(pes)} PEs, {b.preset} model trained at {b.train_len} for {b.steps} steps, "
-         f"evaluated at 1x..{p.max_factor}x ({p.label(b.train_len, b.train_len).rsplit(', L=', 1)[0]}) -> {out}")
+    print(f"lengthx sweep: {len(pes)} PEs, {b.preset} model trained at {b.train_len} for {b.steps} steps, "
+         f"evaluated at 1x..{p.max_factor}x ({p.label(b.train_len, b.train_len).rsplit(', L=', 1)[0]}) -> {out}", flush=True)
     res = run_sweep(pes, a.budget if not over else b, out, protocol=p, seed=a.seed, device=a.device,
                     progress=not a.quiet, command=a.command, figure=True, ymax=a.ymax)
     print(f"perplexity ({p.label(b.train_len, b.train_len).rsplit(', L=', 1)[0]}, L = the column)")
