@@ -269,7 +269,7 @@ def read_results(path: Path) -> dict:
                          "move it away or use another --out") from None
     return res
 
-# %% ../nbs/54_cli.ipynb #12f7d9a2
+# %% ../nbs/54_cli.ipynb #f8e7b53b
 _RUN_DIR: Optional[Path] = None   # the run directory being trained, so an interrupt can say what was kept
 
 
@@ -329,6 +329,18 @@ def sweep_one(spec: str, budget: Budget, out: Path, *, protocol: Protocol = PROT
             "n_params": model.n_params(), "seed": seed, "protocol": protocol.protocol}
 
 
+def _is_sweep_results(res: dict) -> bool:
+    "Does `res` have the shape `run_sweep` writes (so that resuming from it cannot fail half-way)?"
+    num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    rows = res.get("rows")
+    return (isinstance(res.get("settings"), dict) and isinstance(rows, dict) and num(res.get("wall_seconds", 0))
+            and isinstance(res.get("command", ""), str)
+            and all(isinstance(r, dict) and isinstance(r.get("spec"), str) and num(r.get("train_seconds"))
+                    and isinstance(r.get("ppl"), dict) and r["ppl"]
+                    and all(isinstance(L, str) and L.isdigit() and int(L) > 0 and (num(v) or isinstance(v, str))
+                            for L, v in r["ppl"].items()) for r in rows.values()))
+
+
 def sweep_settings(budget: str | Budget, protocol: Protocol, seed: int) -> dict:
     "What a sweep's rows depend on; rows of one results file all share it."
     name = budget if isinstance(budget, str) else "custom"
@@ -348,8 +360,7 @@ def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Pat
     path, settings, t0 = out / "results.json", sweep_settings(budget, protocol, seed), time.time()
     with exclusive_lock(out / ".lock", f"sweep output {out}"):
         res = read_results(path)
-        if res and not (isinstance(res.get("settings"), dict) and isinstance(res.get("rows"), dict)
-                        and all(isinstance(r, dict) and isinstance(r.get("ppl"), dict) for r in res["rows"].values())):
+        if res and not _is_sweep_results(res):
             raise ValueError(f"{path} is damaged (not a lengthx sweep's results); move it away or use another --out")
         if res.get("settings", settings) != settings:
             diff = sorted(k for k in settings if res["settings"].get(k) != settings[k])
