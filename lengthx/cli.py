@@ -269,7 +269,7 @@ def read_results(path: Path) -> dict:
                          "move it away or use another --out") from None
     return res
 
-# %% ../nbs/54_cli.ipynb #f8e7b53b
+# %% ../nbs/54_cli.ipynb #1bd81bc3
 _RUN_DIR: Optional[Path] = None   # the run directory being trained, so an interrupt can say what was kept
 
 
@@ -376,7 +376,7 @@ def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Pat
                             train_tokens=train_tokens, test_tokens=test_tokens)
             res["rows"][spec] = row
             write_results(path, res)
-            bar.write(format_row(row), file=sys.stderr)
+            if progress: bar.write(format_row(row), file=sys.stderr)
         bar.close()
         res.update(command=command or res.get("command", ""), wall_seconds=round(before + time.time() - t0, 1))
         write_results(path, res)
@@ -502,7 +502,7 @@ def bench_model(pes: Sequence[str], preset: str = "small", length: int = 512, ba
         out.append({"pe": s, "seconds": med, "tokens_per_s": batch_size * length / med})
     return out
 
-# %% ../nbs/54_cli.ipynb #f70b4c92
+# %% ../nbs/54_cli.ipynb #7ffcd3e4
 def _shape(mcfg) -> dict:
     "The model shape `check_spec` tries a spec at."
     return dict(n_heads=mcfg.n_head, head_dim=mcfg.d_model // mcfg.n_head, d_model=mcfg.d_model, n_layers=mcfg.n_layer,
@@ -529,10 +529,10 @@ def _protocol(a) -> Protocol:
 
 
 def _cmd_train(a):
-    from lengthx.model import GPTConfig
-    from lengthx.train import TrainConfig
     out = _out_dir(a, "the run directory: checkpoints and metrics")
     check_cache_dir()
+    from lengthx.model import GPTConfig
+    from lengthx.train import TrainConfig
     mcfg = GPTConfig.preset(a.preset, pe=a.pe, max_len=a.train_len)
     check_spec(a.pe, **_shape(mcfg))
     extra = {} if a.ckpt_every is None else {"ckpt_every": a.ckpt_every}
@@ -544,16 +544,16 @@ def _cmd_train(a):
 
 
 def _cmd_eval(a):
-    from tqdm import tqdm
-    from lengthx.data import corpus_tokens
-    from lengthx.evaluate import perplexity
-    from lengthx.train import load_model, read_checkpoint_state
     run = Path(a.run) if a.run else None
     if run is None: raise ValueError("--run DIR is required (a run directory written by lengthx train --out DIR)")
     if not (run / "checkpoint.json").is_file():
         raise ValueError(f"{run} holds no trained run (no checkpoint.json); train one with: lengthx train --out {run}")
     out = _out_dir(a, "where eval.json goes", required=False)
     check_cache_dir()
+    from tqdm import tqdm
+    from lengthx.data import corpus_tokens
+    from lengthx.evaluate import perplexity
+    from lengthx.train import load_model, read_checkpoint_state
     p = _protocol(a)
     state = read_checkpoint_state(run)                 # verified: every tensor file matches its hash
     tl, step, pe = state["model"]["max_len"], state["step"], state["model"]["pe"]
@@ -577,9 +577,9 @@ def _cmd_eval(a):
 
 
 def _cmd_sweep(a):
-    from lengthx.model import GPTConfig
     out = _out_dir(a, "results.json, sweep.png and one run directory per PE")
     check_cache_dir()
+    from lengthx.model import GPTConfig
     over = {k: v for k, v in dict(preset=a.preset, train_len=a.train_len, steps=a.steps).items() if v is not None}
     b = replace(BUDGETS[a.budget], **over)
     p = _protocol(a)
@@ -596,8 +596,8 @@ def _cmd_sweep(a):
 
 
 def _cmd_bench(a):
-    from lengthx.model import GPTConfig
     out = _out_dir(a, "where bench-<what>.json goes", required=False)
+    from lengthx.model import GPTConfig
     dev = _device_name(a.device)
     if a.what == "attention":
         lens = a.lengths or [512, 2048, 8192]
@@ -656,7 +656,7 @@ def _cmd_tasks(a):
     print(che_table(res))
     if path: print(f"results: {path}")
 
-# %% ../nbs/54_cli.ipynb #abc93bdc
+# %% ../nbs/54_cli.ipynb #f13e2508
 class UsageError(ValueError):
     "Bad command-line arguments, already worded as the one line the user sees."
 
@@ -672,7 +672,7 @@ class _Parser(argparse.ArgumentParser):
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
     "Every option shows its default; an option without a value default says in its help what happens instead."
     def _get_help_string(self, action):
-        if action.default in (None, False) or action.default is argparse.SUPPRESS: return action.help
+        if action.default is None or action.default is False or action.default is argparse.SUPPRESS: return action.help
         return super()._get_help_string(action)
 
 
@@ -714,7 +714,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--pe", default="rope", help="positional encoding spec, e.g. rope, alibi, yarn:s=8 (lengthx --help-pe)")
     t.add_argument("--preset", default="tiny", choices=MODEL_PRESETS, help="model size")
     t.add_argument("--train-len", type=_positive, default=64, help="training sequence length in tokens")
-    t.add_argument("--steps", type=_positive, default=200, help="optimizer steps (a finished run resumes to a larger value)")
+    t.add_argument("--steps", type=_positive, default=200, help="optimizer steps")
     t.add_argument("--batch-size", type=_positive, default=16, help="sequences per step")
     t.add_argument("--lr", type=_rate, default=3e-3, help="peak learning rate (cosine decay to lr/10)")
     t.add_argument("--warmup", type=_non_negative, default=20, help="linear warm-up steps")
@@ -862,7 +862,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{prog}: {what}: {_one_line(e)}", file=sys.stderr)
         return code
 
-# %% ../nbs/54_cli.ipynb #e8c0c763
+# %% ../nbs/54_cli.ipynb #c075869f
 def _subparsers(ap: argparse.ArgumentParser) -> dict:
     return next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction)).choices
 
@@ -875,6 +875,6 @@ def options_markdown(parser: Optional[argparse.ArgumentParser] = None) -> str:
             if act.help in (None, argparse.SUPPRESS) or isinstance(act, argparse._HelpAction): continue
             opt = ", ".join(act.option_strings) or act.dest
             if act.choices and not act.option_strings: opt += " {" + ",".join(act.choices) + "}"
-            d = "" if act.default in (None, False) else str(act.default)
+            d = "" if act.default is None or act.default is False else str(act.default)
             rows.append(f"| {name} | `{opt}` | {'`' + d + '`' if d else '—'} | {act.help.replace('|', '/')} |")
     return "\n".join(rows)
