@@ -237,19 +237,21 @@ def test_old_option_names_still_work(tmp_path, capsys):
     assert main(["eval", "--run-dir", str(run), "--lengths", "16", "--quiet"]) == 0
 
 
-def test_ctrl_c_during_training_is_one_line_and_keeps_a_checkpoint(tmp_path):
+@pytest.mark.parametrize("sig,code,says", [(signal.SIGINT, 130, "lengthx: interrupted"),
+                                            (signal.SIGTERM, 143, "lengthx train: stopped by signal 15")])
+def test_ctrl_c_or_sigterm_during_training_is_one_line_and_keeps_a_checkpoint(tmp_path, sig, code, says):
     run = tmp_path / "run"
     p = subprocess.Popen(RUN + ["train", "--pe", "nope", "--train-len", "16", "--steps", "100000", "--batch-size", "2",
                                 "--quiet", "--out", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").stat().st_size):
         time.sleep(0.2)
-    p.send_signal(signal.SIGINT)
+    p.send_signal(sig)
     out, err = p.communicate(timeout=120)
-    assert p.returncode == 130, err
+    assert p.returncode == code, err
     line = one_error_line(err)
     step = json.loads((run / "checkpoint.json").read_text())["step"]
-    assert line == f"lengthx: interrupted; checkpoint kept at step {step} in {run} (rerun the same command to resume)"
+    assert line == f"{says}; checkpoint kept at step {step} in {run} (rerun the same command to resume)"
     assert step >= 1
 
 
