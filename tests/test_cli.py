@@ -223,6 +223,19 @@ def test_train_resume_eval_round_trip(tmp_path, capsys):
     assert f"ppl={res['ppl']['32']:.2f} (last_k" in lines[1]
 
 
+def test_resuming_says_from_which_step(tmp_path, capsys):
+    from lengthx.model import GPTConfig
+    from lengthx.train import TrainConfig, train
+    run = tmp_path / "run"
+    train(GPTConfig.preset("tiny", pe="nope", max_len=16),      # what `lengthx train` builds, stopped at step 3
+          TrainConfig(steps=6, batch_size=2, length=16, lr=3e-3, warmup=20), run_dir=run, progress=False, stop_after=3)
+    capsys.readouterr()
+    assert main(["train", "--pe", "nope", "--train-len", "16", "--steps", "6", "--batch-size", "2", "--quiet",
+                 "--out", str(run)]) == 0
+    assert f"lengthx train: resuming from step 3 in {run}" in capsys.readouterr().err.splitlines()
+    assert json.loads((run / "checkpoint.json").read_text())["step"] == 6
+
+
 def test_eval_default_k_is_the_training_length(trained, capsys):
     assert main(["eval", "--run", str(trained), "--max-factor", "2", "--n-windows", "2", "--quiet"]) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("ppl=")]
