@@ -23,6 +23,8 @@ setuptools.setup(
         "Natural Language :: " + c["language"],
     ] + ["Programming Language :: Python :: " + v for v in py_versions[py_versions.index(min_python):]],
     url=c["git_url"],
+    project_urls={"Documentation": c["doc_host"] + c["doc_baseurl"], "Source": c["git_url"],
+                  "Issues": c["git_url"] + "/issues"},
     packages=setuptools.find_packages(include=["lengthx", "lengthx.*"]),
     include_package_data=True,
     install_requires=requirements,
