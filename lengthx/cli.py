@@ -806,14 +806,8 @@ def _choices(s: str, allowed: Sequence[str]) -> list[str]:
 def pe_help_text(name: str) -> str:
     "The options of one PE family (`all`: every family), as `lengthx --help-pe NAME` prints them."
     from lengthx import attention
-    if name == "all":
-        if hasattr(attention, "pe_options_markdown"): return attention.pe_options_markdown()
-        return "\n".join(pe_help_text(n) for n in attention.known_pes())
-    if name not in attention.known_pes():
-        raise ValueError(f"unknown PE family {name!r}; known: {', '.join(attention.known_pes())}")
-    if hasattr(attention, "pe_help"): return attention.pe_help(name)
-    # without a typed option table, the family's example specs show its options
-    return f"{name}: " + ", ".join(s for s in attention.pe_examples("all") if s.split(":")[0] == name)
+    if name == "all": return attention.pe_options_markdown()
+    return attention.pe_help(name)   # an unknown name: ValueError with the closest known families
 
 
 def _one_line(e: BaseException) -> str:
