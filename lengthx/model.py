@@ -170,8 +170,8 @@ class GPT(nn.Module):
         logits = self(idx, **kw)
         return F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
 
-# %% ../nbs/50_model.ipynb #af03d960
+# %% ../nbs/50_model.ipynb #ce8e030d
 def flops_per_token(cfg: GPTConfig, length: int) -> float:
-    "Training FLOPs per token, 6N + 12·L·T·d (PaLM app. B / nanoGPT `estimate_mfu`), N = 12·L·d² block weights."
-    n = 12 * cfg.n_layer * cfg.d_model ** 2
+    "Training FLOPs per token, 6N + 12·L·T·d (PaLM app. B, nanoGPT's estimate_mfu); N = 12·L·d² + V·d weights that multiply."
+    n = 12 * cfg.n_layer * cfg.d_model ** 2 + cfg.vocab_size * cfg.d_model
     return 6 * n + 12 * cfg.n_layer * length * cfg.d_model
