@@ -108,13 +108,15 @@ class Block(nn.Module):
         x = x + self.drop(self.attn(self.ln1(x), pe, pos, path, bias))
         return x + self.drop(self.mlp(self.ln2(x)))
 
-# %% ../nbs/50_model.ipynb #8ac24120
-def _check_ids(idx: Tensor, vocab_size: int) -> None:
+# %% ../nbs/50_model.ipynb #5c3bc30f
+def _check_ids(idx: Tensor, vocab_size: int, training: bool = False) -> None:
     "One-line ValueError for token ids outside 0..vocab_size-1 (one aminmax over the input)."
     if idx.dim() != 2: raise ValueError(f"idx must be [B, T] token ids, got shape {tuple(idx.shape)}")
     if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
         raise ValueError(f"idx must hold integer token ids, got dtype {idx.dtype}")
-    if idx.numel() == 0 or torch.compiler.is_compiling(): return
+    # skipped while compiling, and while training on an accelerator, where reading the result back costs a host
+    # sync per step (`train` checks the whole token stream once instead)
+    if idx.numel() == 0 or torch.compiler.is_compiling() or (training and idx.device.type != "cpu"): return
     lo, hi = (int(v) for v in torch.aminmax(idx))
     if lo < 0 or hi >= vocab_size:
         raise ValueError(f"token ids must be in 0..{vocab_size - 1} (vocab_size={vocab_size}), got ids in {lo}..{hi}")
@@ -150,7 +152,7 @@ class GPT(nn.Module):
     def forward(self, idx: Tensor, targets: Optional[Tensor] = None, *, pos: Optional[Positions] = None,
                 path: Optional[str] = None):
         "Logits [B, T, V]; with `targets`, also the mean cross-entropy (targets −100 are ignored)."
-        _check_ids(idx, self.cfg.vocab_size)
+        _check_ids(idx, self.cfg.vocab_size, self.training)
         B, T = idx.shape
         if pos is None: pos = self.pe.make_positions(idx)
         path = path or self.cfg.attn_path
