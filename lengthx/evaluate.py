@@ -226,14 +226,14 @@ def plan_eval(model, length: int, *, batch: int = 1, budget: Optional[int] = Non
     raise ValueError(f"evaluation at length={length} needs an estimated {' and '.join(tried)} for one window, more than "
                      f"the memory budget of {format_bytes(budget)}; use a shorter length or set LENGTHX_MEM_BUDGET")
 
-# %% ../nbs/53_evaluate.ipynb #17128794
+# %% ../nbs/53_evaluate.ipynb #0ee6a348
 def perplexity(model: Callable, tokens: Tensor, length: int, *, protocol: str = "last_k", k: int = 256,
                stride: Optional[int] = None, n_windows: int = 16, max_tokens: Optional[int] = None,
                tokens_per_batch: int = 8192, progress: bool = False, mem_budget: Optional[int] = None,
                return_plan: bool = False):
     "Perplexity of `model` on `tokens` at evaluation length `length` under `protocol` (and the EvalPlan if asked)."
     wins = protocol_windows(protocol, len(tokens), length, k=k, stride=stride, n_windows=n_windows, max_tokens=max_tokens)
-    plan = plan_eval(model, length, batch=max(1, tokens_per_batch // length), budget=mem_budget)
+    plan = plan_eval(model, length, batch=max(1, min(len(wins), tokens_per_batch // length)), budget=mem_budget)
     if plan.switched and plan.default_path is not None:
         print(f"lengthx: L={length}: {plan.describe()} (path {plan.default_path!r} would exceed it)", file=sys.stderr)
     nll = window_losses(model, tokens, wins, length, progress=progress, batch=plan.batch, path=plan.path)
@@ -241,12 +241,12 @@ def perplexity(model: Callable, tokens: Tensor, length: int, *, protocol: str = 
     ppl = math.exp(nll[keep].double().mean().item())
     return (ppl, plan) if return_plan else ppl
 
-# %% ../nbs/53_evaluate.ipynb #4941f675
+# %% ../nbs/53_evaluate.ipynb #38b9bf1f
 def position_losses(model: Callable, tokens: Tensor, length: int, *, n_windows: int = 16,
                     tokens_per_batch: int = 8192) -> Tensor:
     "Mean loss [length] at each position of a window (evenly spaced windows), in nats."
     wins = last_k_windows(len(tokens), length, k=length, n_windows=n_windows)
-    plan = plan_eval(model, length, batch=max(1, tokens_per_batch // length))
+    plan = plan_eval(model, length, batch=max(1, min(len(wins), tokens_per_batch // length)))
     return window_losses(model, tokens, wins, length, batch=plan.batch, path=plan.path).mean(0)
 
 
