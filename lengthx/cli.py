@@ -562,6 +562,12 @@ def _cmd_eval(a):
     test = corpus_tokens(a.split)
     check_lengths(lens, len(test), a.split)
     model = load_model(run, _device_name(a.device))
+    from lengthx.evaluate import check_protocol_args, plan_eval
+    for L in lens:                                     # every length checked, and its memory planned, before any work
+        kw = p.kwargs(L, tl)
+        check_protocol_args(kw["protocol"], len(test), L, k=kw["k"], stride=kw["stride"], n_windows=kw["n_windows"],
+                            max_tokens=kw["max_tokens"])
+        plan_eval(model, L)                            # ValueError (exit 2) when no path fits the memory budget
     _say(f"lengthx eval: {run}: {pe}, trained at length {tl}, checkpoint at step {step}")
     ppl = {}
     for L in tqdm(lens, desc="eval", unit="length", disable=a.quiet, file=sys.stderr):
