@@ -38,9 +38,9 @@ def gram(kernel: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
     x = x.double()
     return kernel((x[:, None] - x[None, :]).abs())
 
-# %% ../../nbs/21_kerple.ipynb #15b75002
+# %% ../../nbs/21_kerple.ipynb #33c7b2f0
 def pd_shift(K: Tensor, start: float = 1.0, max_doublings: int = 60, tol: float = 1e-9) -> Optional[float]:
-    "Geometric search c = start·2^k for the smallest tried shift with c + K PSD; None if none is found (K not CPD)."
+    "Geometric search c = start·2^k for the first tried shift with c + K PSD up to a round-off tolerance; None if none up to start·2^max_doublings (e.g. K not CPD)."
     K = K.double()
     scale = 1.0 + K.abs().max().item()
     c = start
