@@ -212,3 +212,85 @@ def test_fire_unrolled_score_mod_matches_naive():
     q, k, v = (torch.randn(2, 2, 6, 8) for _ in range(3))
     with torch.no_grad():
         assert (attention(q, k, v, pe, pos, path="flex") - attention(q, k, v, pe, pos, path="naive")).abs().max() < 1e-5
+
+
+# ---------------------------------------------------------------- errata checks (chapters 20, 22, 23)
+def test_alibi_official_key_position_bias_gives_the_same_attention():
+    "The official causal ALiBi adds m·j (key position only); it equals −m|i − j| up to m·i, a row constant."
+    T = 50
+    al = build_pe("alibi", n_heads=4, head_dim=8)
+    p = Positions.arange(1, T)
+    official = al.slopes[:, None, None] * torch.arange(T, dtype=torch.float32)
+    logits = torch.randn(4, T, T, generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    soft = lambda b: (logits + b).masked_fill(~mask, float("-inf")).softmax(-1)
+    assert torch.allclose(soft(al.bias(p, p)), soft(official), atol=1e-6)
+
+
+@pytest.mark.parametrize("H", [1, 4, 8, 12, 16])
+def test_sandwich_last_head_gets_one_over_H(H):
+    pe = build_pe("sandwich", n_heads=H, head_dim=8)
+    p = Positions.arange(1, 40)
+    B = pe.bias(p, p)
+    assert torch.allclose(B[-1] * H, B[0], atol=1e-4) and sandwich_ratios(H)[-1] == 8
+
+
+def test_sandwich_nemo_index_range_differs_by_one_term():
+    "NeMo sums i = 1..d̄/2, we sum i = 0..d̄/2−1: the difference is cos(Δ·10⁻⁴) − cos(Δ)."
+    dd = torch.arange(0, 3000, dtype=torch.float64)
+    nemo = torch.cos(dd[:, None] * 10000.0 ** (-2 * torch.arange(1, 65, dtype=torch.float64) / 128)).sum(-1)
+    assert torch.allclose(nemo - sandwich_kernel(dd), torch.cos(dd * 1e-4) - torch.cos(dd), atol=1e-9)
+
+
+@pytest.mark.parametrize("delta", [2, 10, 100, 5000])
+def test_sandwich_slow_frequencies_are_the_high_indices(delta):
+    "Δ·ω_i ≤ 1 exactly for i ≥ (d̄/2)·ln Δ / ln 10⁴ (ω_i = 10⁴^(−2i/d̄))."
+    from lengthx.pe.absolute import sinusoidal_frequencies
+    w = sinusoidal_frequencies(128)
+    slow = (delta * w <= 1).nonzero().flatten().tolist()
+    assert slow == list(range(math.ceil(64 * math.log(delta) / math.log(1e4)), 64))
+
+
+@pytest.mark.parametrize("spec", ["fire", "dape:fire"])
+def test_fire_runs_in_float64(spec):
+    torch.manual_seed(0)
+    m32 = GPT(GPTConfig(n_layer=1, n_head=2, d_model=16, pe=spec, max_len=16)).eval()
+    m64 = GPT(GPTConfig(n_layer=1, n_head=2, d_model=16, pe=spec, max_len=16)).eval()
+    m64.load_state_dict(m32.state_dict())
+    m64.double()
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        y64 = m64(ids, path="naive")
+        assert y64.dtype == torch.float64 and torch.allclose(y64.float(), m32(ids, path="naive"), atol=1e-4)
+
+
+def test_fire_normalized_distance_follows_c_dtype():
+    i, j = torch.tensor([9]), torch.tensor([2])
+    assert fire_normalized_distance(i, j, torch.tensor(0.1, dtype=torch.float64), 4.0).dtype == torch.float64
+    assert fire_normalized_distance(i, j, 0.1, 4.0).dtype == torch.get_default_dtype()
+    want = math.log1p(0.7) / (math.log1p(0.9) + 1e-6)
+    assert abs(fire_normalized_distance(i, j, torch.tensor(0.1, dtype=torch.float64), 4.0).item() - want) < 1e-12
+
+
+def test_randomized_eval_random_is_the_authors_procedure():
+    "eval_random=true draws sorted positions at evaluation too; without it evaluation uses 0..L−1; at L = N both coincide."
+    ids = torch.zeros(2, 16, dtype=torch.long)
+    rnd = build_pe("randomized:eval_random=true:alibi", n_heads=2, head_dim=8, max_len=16).eval()
+    torch.manual_seed(0)
+    a, b = rnd.make_positions(ids).token, rnd.make_positions(ids).token
+    assert (a.diff(dim=1) > 0).all() and a.max() < 64 and not torch.equal(a, b)
+    plain = build_pe("randomized:alibi", n_heads=2, head_dim=8, max_len=16).eval()
+    assert torch.equal(plain.make_positions(ids).token, Positions.arange(2, 16).token)
+    full = build_pe("randomized:max_len=16:eval_random=true:alibi", n_heads=2, head_dim=8, max_len=16).eval()
+    assert torch.equal(full.make_positions(ids).token, Positions.arange(2, 16).token)
+    with pytest.raises(ValueError, match="max_len"):
+        rnd.make_positions(torch.zeros(2, 65, dtype=torch.long))
+
+
+@pytest.mark.parametrize("nb", ["20_t5_alibi", "21_kerple", "22_sandwich_fire", "23_randomized"])
+def test_no_control_characters_in_chapter_text(nb):
+    import json, re
+    from pathlib import Path
+    cells = json.loads((Path(__file__).parents[1] / "nbs" / f"{nb}.ipynb").read_text())["cells"]
+    bad = [(i, m.group()) for i, c in enumerate(cells) for m in re.finditer(r"[\x00-\x08\x0b-\x1f\x7f]|\t", "".join(c["source"]))]
+    assert not bad, bad

@@ -154,3 +154,52 @@ def test_training_step_with_out_of_range_parameters_per_layer():
     _, loss = m(idx, idx.roll(-1, 1), path="naive")
     loss.backward()
     assert (m.pe.params["r2"] == 2.0).all() and m.pe.params["r1"].grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------- the shift lemma's limits (chapter 21)
+@pytest.mark.parametrize("N", [2, 3, 7, 64, 200])
+def test_triangle_kernel_min_shift_is_half_the_length(N):
+    "c − |m−n| is PD on 0..N−1 iff c ≥ (N−1)/2: Cauchy–Schwarz forces it, and it suffices."
+    from lengthx.pe.kerple import min_pd_shift
+    x = torch.arange(N, dtype=torch.float64)
+    K = -(x[:, None] - x[None, :]).abs()
+    c = (N - 1) / 2
+    assert torch.linalg.eigvalsh(K + c).min() > -1e-9 * N * N
+    assert torch.linalg.eigvalsh(K + c - 1e-3).min() < -1e-4
+    assert abs(min_pd_shift(K) - c) < 1e-5
+
+
+def test_shift_grows_with_length_for_log_and_power():
+    from lengthx.pe.kerple import min_pd_shift
+    for kern in (lambda d: kerple_log(d, 1.0, 1.0), lambda d: kerple_power(d, 1.0, 1.5)):
+        cs = [min_pd_shift(gram(kern, torch.arange(N, dtype=torch.float64))) for N in (8, 32, 128)]
+        assert cs[0] < cs[1] < cs[2]
+
+
+def test_squared_distance_admits_no_shift_on_three_points():
+    "For −(m−n)² on {0,1,2}, v = (1,−2,1) + t·1 gives vᵀ(K + c11ᵀ)v = −12t + (9c − 12)t² < 0 for small t, for every c."
+    x = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)
+    K = -(x[:, None] - x[None, :]) ** 2
+    u, one = torch.tensor([1.0, -2.0, 1.0], dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    assert cpd_margin(K) > -1e-12                                     # CPD...
+    assert u @ K @ u == 0 and torch.equal(K @ u, -2 * one)           # ...but not strictly
+    for c in (0.5, 2.0, 100.0, 1e4):
+        t = 6 / max(9 * c - 12, 1.0)
+        v = u + t * one
+        form = (v @ (K + c) @ v).item()
+        assert abs(form - (-12 * t + (9 * c - 12) * t * t)) < 1e-6 * (1 + c) and form < 0
+
+
+def test_power_init_draws_in_the_opposite_order_to_the_authors():
+    "Their power kernel draws bias_p = 2U first, then bias_a = U; we draw r1 (= bias_a) first. Log draws in the same order."
+    for seed in (0, 3):
+        torch.manual_seed(seed)
+        ours = build_pe("kerple_power", n_heads=8, head_dim=8)
+        torch.manual_seed(seed)
+        bias_p, bias_a = torch.rand(8)[:, None, None] * 2, torch.rand(8)[:, None, None]
+        assert torch.equal(ours.params["r1"].data, bias_p / 2) and torch.equal(ours.params["r2"].data, bias_a * 2)
+        torch.manual_seed(seed)
+        ours_log = build_pe("kerple_log", n_heads=8, head_dim=8)
+        torch.manual_seed(seed)
+        assert torch.equal(ours_log.params["r1"].data, torch.rand(8)[:, None, None] * 2)
+        assert torch.equal(ours_log.params["r2"].data, torch.rand(8)[:, None, None])

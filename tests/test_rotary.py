@@ -308,3 +308,71 @@ def test_model_runs_under_inference_mode_and_grad():
         _, loss = m(idx, idx)
         loss.backward()
         assert torch.allclose(m(idx), ref, atol=1e-5) and m.blocks[0].attn.qkv.weight.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------- errata checks (chapters 10-12)
+def test_rope_with_query_and_key_biases_adds_three_terms():
+    "(R_m(q+a))ᵀ R_n(k+b) = RoPE logit + q_mᵀR_{n−m}b + aᵀR_{n−m}k_n + aᵀR_{n−m}b; only the last is a function of m − n alone."
+    T, d = 9, 8
+    inv, t = rope_inv_freq(d), torch.arange(T)
+    qs, ks, a, b = rnd(T, d, seed=1), rnd(T, d, seed=2), rnd(d, seed=3), rnd(d, seed=4)
+    R = lambda v: rope_interleaved(v.expand(T, d), t, inv)
+    terms = [R(qs) @ R(b).T, R(a) @ R(ks).T, R(a) @ R(b).T]
+    assert torch.allclose(R(qs + a) @ R(ks + b).T, R(qs) @ R(ks).T + sum(terms), atol=1e-10)
+    bb = terms[2]
+    assert all(torch.allclose(bb.diagonal(o), bb.diagonal(o)[:1].expand(T - abs(o)), atol=1e-12) for o in range(-T + 1, T))
+    for cross in terms[:2]:
+        assert not torch.allclose(cross.diagonal(-1), cross.diagonal(-1)[:1].expand(T - 1), atol=1e-6)
+
+
+def test_xpos_exponential_form():
+    "xPos maps: query pair i times e^{λ_i m}, key pair i times e^{−conj(λ_i) n}, with λ_i = ln(ζ_i)/γ + iθ_i."
+    d, T, gamma = 16, 20, 64.0
+    inv, t = rope_inv_freq(d), torch.arange(T)
+    q, k = rnd(T, d, seed=5), rnd(T, d, seed=6)
+    lam = torch.complex(torch.log(xpos_zeta(d)) / gamma, inv)
+    as_c = lambda v: torch.view_as_complex(v.reshape(*v.shape[:-1], -1, 2).contiguous())
+    fq, fk = xpos_qk(q, k, t, inv, gamma)
+    assert torch.allclose(as_c(fq), as_c(q) * torch.exp(lam * t[:, None]), atol=1e-12)
+    assert torch.allclose(as_c(fk), as_c(k) * torch.exp(-lam.conj() * t[:, None]), atol=1e-12)
+
+
+def test_rerope_logn_scale_values():
+    from lengthx.pe.scaling import rerope_logn_scale
+    L = 64
+    f = rerope_logn_scale(torch.arange(4 * L), L)
+    assert (f[:L] == 1).all()                                              # log(m+1)/log L ≤ 1 for m ≤ L − 1
+    for m in (L, 2 * L - 1, 4 * L - 1):
+        assert abs(f[m].item() - math.log(m + 1) / math.log(L)) < 1e-12
+    with pytest.raises(ValueError, match="training length"):
+        rerope_logn_scale(torch.arange(3), 1)
+
+
+def test_rerope_logn_is_rerope_on_scaled_queries():
+    "ReRoPELogN = Su's patch: the query at m multiplied by max(1, log(m+1)/log L) before both score matrices."
+    from lengthx.pe.scaling import ReRoPELogN
+    T, L, w = 40, 10, 6
+    q, k, v = rnd(3, 2, 2, T, 16, dtype=torch.float32)
+    p = Positions.arange(2, T)
+    plain = build_pe(f"rerope:w={w}", n_heads=2, head_dim=16)
+    logn = ReRoPELogN(plain.ctx, w, train_len=L)
+    m = torch.arange(T, dtype=torch.float64)
+    f = torch.where(m + 1 > L, torch.log(m + 1) / math.log(L), torch.ones_like(m)).float()   # independent formula
+    ref = plain.logits(q * f[:, None], k, p, p, 0.25)
+    got = logn.logits(q, k, p, p, 0.25)
+    assert torch.allclose(got, ref, atol=1e-5)
+    assert torch.equal(got[..., :L, :], plain.logits(q, k, p, p, 0.25)[..., :L, :])     # unchanged up to L − 1
+    assert not torch.allclose(got[..., L:, :], plain.logits(q, k, p, p, 0.25)[..., L:, :], atol=1e-3)
+    with torch.no_grad():
+        assert torch.allclose(attention(q, k, v, logn, p, path="chunked", block=7), attention(q, k, v, logn, p, path="naive"), atol=1e-5)
+    assert logn.uses_logits and ReRoPELogN(plain.ctx, w).train_len == plain.ctx.max_len
+
+
+@pytest.mark.parametrize("nb", ["02_absolute", "10_rope", "11_xpos", "12_context_extension"])
+def test_no_control_characters_in_chapter_text(nb):
+    "A TAB typed for the `\\t` of `\\theta` renders as 'mheta': no control character may hide in a chapter's source."
+    import json, re
+    from pathlib import Path
+    cells = json.loads((Path(__file__).parents[1] / "nbs" / f"{nb}.ipynb").read_text())["cells"]
+    bad = [(i, m.group()) for i, c in enumerate(cells) for m in re.finditer(r"[\x00-\x08\x0b-\x1f\x7f]|\t", "".join(c["source"]))]
+    assert not bad, bad

@@ -19,7 +19,7 @@ from .bias import relative_positions, shared_rows, squeeze_batch
 # %% auto #0
 __all__ = ['sandwich_kernel', 'sandwich_ratios', 'SandwichPE', 'fire_normalized_distance', 'FirePE']
 
-# %% ../../nbs/22_sandwich_fire.ipynb #a7ed2279
+# %% ../../nbs/22_sandwich_fire.ipynb #cbb88dc5
 def sandwich_kernel(dist: Tensor, dbar: int = 128, base: float = 10000.0) -> Tensor:
     "p_m·p_n = Σ_i cos(|m−n| ω_i) over the d̄/2 sinusoid frequencies, for distances `dist` [...] (float64)."
     w = sinusoidal_frequencies(dbar, base).to(dist.device)
@@ -27,7 +27,7 @@ def sandwich_kernel(dist: Tensor, dbar: int = 128, base: float = 10000.0) -> Ten
 
 
 def sandwich_ratios(n_heads: int) -> Tensor:
-    "Per-head compression ratios ρ_h = 8(h+1)/H: head 0 gets the strongest bias, the last head 1/8 of it."
+    "Per-head compression ratios ρ_h = 8(h+1)/H: head 0 gets the strongest bias, the last head 1/H of it (ρ runs from 8/H to 8)."
     return torch.arange(1, n_heads + 1, dtype=torch.float64) * 8.0 / n_heads
 
 # %% ../../nbs/22_sandwich_fire.ipynb #572bf5ae
@@ -69,13 +69,14 @@ def _sandwich(ctx: PEContext, dbar: int = 128, base: float = 10000.0) -> PE:
     "Sandwich: parameter-free sinusoidal dot-product bias with per-head compression."
     return SandwichPE(ctx, dbar, base)
 
-# %% ../../nbs/22_sandwich_fire.ipynb #b86ec979
+# %% ../../nbs/22_sandwich_fire.ipynb #6bca4d34
 def fire_normalized_distance(pos_q: Tensor, pos_k: Tensor, c: Tensor | float, L: Tensor | float,
                              eps: float = 1e-6) -> Tensor:
-    "FIRE's MLP input ψ(|i−j|)/ψ(max(i, L)) with ψ(x) = log(|c·x| + 1), for query positions i and key positions j (broadcast)."
-    i, j = pos_q.float(), pos_k.float()
-    c = torch.as_tensor(c, dtype=torch.float32, device=i.device)
-    L = torch.as_tensor(L, dtype=torch.float32, device=i.device)
+    "FIRE's MLP input ψ(|i−j|)/ψ(max(i, L)) with ψ(x) = log(|c·x| + 1), for query positions i and key positions j (broadcast), in c's dtype."
+    dtype = c.dtype if isinstance(c, Tensor) and c.is_floating_point() else torch.get_default_dtype()
+    i, j = pos_q.to(dtype), pos_k.to(dtype)
+    c = torch.as_tensor(c, dtype=dtype, device=i.device)
+    L = torch.as_tensor(L, dtype=dtype, device=i.device)
     num = torch.log1p((c * (i - j)).abs())
     den = torch.log1p((c * torch.maximum(i, L)).abs()) + eps
     return num / den
@@ -111,7 +112,7 @@ class FirePE(PE):
         w2, b2 = self.mlp[2].weight, self.mlp[2].bias
         width = w1.shape[0]
         def x_of(b, qi, ki):
-            i, j = tok[b, qi].float(), tok[b, ki].float()
+            i, j = tok[b, qi].to(c.dtype), tok[b, ki].to(c.dtype)
             return torch.log1p((c * (i - j)).abs()) / (torch.log1p((c * torch.maximum(i, L)).abs()) + eps)
         unrolled = self.flex_unrolled if self.flex_unrolled is not None else tok.device.type != "cpu"
         if not unrolled:               # eager flex (vmap on CPU): one vector op per MLP layer is fastest

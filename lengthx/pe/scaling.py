@@ -17,7 +17,7 @@ from .rotary import ROPE_SCALINGS, RoPE, apply_rotary, rope_inv_freq, rotary_dim
 # %% auto #0
 __all__ = ['rope_wavelengths', 'rotations_in', 'pi_inv_freq', 'ntk_base', 'ntk_inv_freq', 'dynamic_ntk_inv_freq',
            'yarn_correction_dim', 'yarn_correction_range', 'yarn_ramp', 'yarn_attn_factor', 'yarn_inv_freq',
-           'DynamicNTKRoPE', 'ReRoPE']
+           'DynamicNTKRoPE', 'ReRoPE', 'rerope_logn_scale', 'ReRoPELogN']
 
 # %% ../../nbs/12_context_extension.ipynb #52e83ff0
 def rope_wavelengths(dim: int, base: float = 10000.0) -> Tensor:
@@ -175,3 +175,25 @@ def _yarn(ctx: PEContext, s: float = 8.0, base: float = 10000.0, frac: float = 1
 def _rerope(ctx: PEContext, w: Optional[int] = None, base: float = 10000.0, frac: float = 1.0) -> PE:
     "ReRoPE: exact RoPE inside window w (default max_len // 2), relative position clipped to w beyond (naive/chunked only)."
     return ReRoPE(ctx, w if w is not None else max(1, ctx.max_len // 2), base, frac)
+
+# %% ../../nbs/12_context_extension.ipynb #65f3dead
+def rerope_logn_scale(pos: Tensor, train_len: int) -> Tensor:
+    "Su's log-n query factor max(1, log(m+1)/log L_train) for query positions `pos` (float64; float32 on mps): 1 inside the training length."
+    if train_len < 2: raise ValueError(f"log-n scaling needs a training length >= 2, got {train_len}")
+    wide = torch.float32 if pos.device.type == "mps" else torch.float64
+    return (torch.log1p(pos.to(wide)) / math.log(train_len)).clamp(min=1.0)
+
+
+class ReRoPELogN(ReRoPE):
+    "ReRoPE with the reference patch's log-n scaling: query m multiplied by max(1, log(m+1)/log L_train) before both score matrices."
+    def __init__(self, ctx: PEContext, window: int, base: float = 10000.0, frac: float = 1.0,
+                 train_len: Optional[int] = None):
+        super().__init__(ctx, window, base, frac)
+        self.train_len = int(train_len or ctx.max_len)
+        rerope_logn_scale(torch.zeros(1), self.train_len)   # validates train_len
+
+    def logits(self, q: Tensor, k: Tensor, pos_q: Positions, pos_k: Positions, scale: float, layer: int = 0) -> Tensor:
+        f = rerope_logn_scale(pos_q.token, self.train_len).to(q.device, q.dtype)   # [B, Tq]
+        return super().logits(q * f[:, None, :, None], k, pos_q, pos_k, scale, layer)
+
+    def extra_repr(self) -> str: return f"{super().extra_repr()}, logn_train_len={self.train_len}"
