@@ -15,8 +15,8 @@ from ..attention import PE, PEContext, Positions, register_pe
 from .bias import relative_positions, squeeze_batch
 
 # %% auto #0
-__all__ = ['KERPLE_OPTIONS', 'sum_zero_projector', 'cpd_margin', 'gram', 'pd_shift', 'kerple_power', 'kerple_log', 'kerple_3log',
-           'kerple_weight', 'KerplePE']
+__all__ = ['KERPLE_OPTIONS', 'sum_zero_projector', 'cpd_margin', 'gram', 'pd_shift', 'min_pd_shift', 'kerple_power', 'kerple_log',
+           'kerple_3log', 'kerple_weight', 'KerplePE']
 
 # %% ../../nbs/21_kerple.ipynb #4e17b02a
 def sum_zero_projector(n: int, dtype=torch.float64) -> Tensor:
@@ -38,9 +38,9 @@ def gram(kernel: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
     x = x.double()
     return kernel((x[:, None] - x[None, :]).abs())
 
-# %% ../../nbs/21_kerple.ipynb #15b75002
+# %% ../../nbs/21_kerple.ipynb #33c7b2f0
 def pd_shift(K: Tensor, start: float = 1.0, max_doublings: int = 60, tol: float = 1e-9) -> Optional[float]:
-    "Geometric search c = start·2^k for the smallest tried shift with c + K PSD; None if none is found (K not CPD)."
+    "Geometric search c = start·2^k for the first tried shift with c + K PSD up to a round-off tolerance; None if none up to start·2^max_doublings (e.g. K not CPD)."
     K = K.double()
     scale = 1.0 + K.abs().max().item()
     c = start
@@ -48,6 +48,18 @@ def pd_shift(K: Tensor, start: float = 1.0, max_doublings: int = 60, tol: float 
         if torch.linalg.eigvalsh(K + c).min().item() >= -tol * scale * K.shape[0]: return c
         c *= 2.0
     return None
+
+# %% ../../nbs/21_kerple.ipynb #d811cbd6
+def min_pd_shift(K: Tensor, hi: float = 2.0 ** 40, iters: int = 60, tol: float = 1e-12) -> float:
+    "Smallest c with K + c·11ᵀ PSD, by bisection on [0, hi] (PSD-ness is monotone in c); raises if even `hi` fails."
+    K = K.double()
+    ok = lambda c: torch.linalg.eigvalsh(K + c).min().item() >= -tol * (1.0 + K.abs().max().item() + c) * K.shape[0]
+    if not ok(hi): raise ValueError(f"no shift up to {hi:g} makes this Gram matrix PSD (is the kernel CPD?)")
+    lo = 0.0
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
 
 # %% ../../nbs/21_kerple.ipynb #b96ac1ca
 def kerple_power(dist: Tensor, r1: Tensor | float, r2: Tensor | float) -> Tensor:

@@ -49,7 +49,8 @@ from ..attention import Opt   # declares each option's type, default and range f
 @register_pe("randomized", wraps=True, examples=["randomized:alibi", "randomized:sinusoidal", "randomized:rope"], options=[
     Opt("max_len", int, None, "N: training positions are drawn from range(N) (unset: 4 × max_len)", lo=1, hi=10**7,
         example=2048),
-    Opt("eval_random", bool, False, "draw random positions at evaluation too (the CHE protocol)", example=True)])
+    Opt("eval_random", bool, False, "draw fresh sorted positions at evaluation too (the authors' procedure; needs "
+        "L ≤ N); false: plain positions 0..L−1", example=True)])
 def _randomized(ctx: PEContext, inner: PE, max_len: Optional[int] = None, eval_random: bool = False) -> PE:
     "Randomized positions wrapping a PE: `randomized[:max_len=N]:<inner spec>` (N defaults to 4× the training length)."
     return RandomizedPE(ctx, inner, max_len, eval_random)

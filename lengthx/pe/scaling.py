@@ -168,13 +168,19 @@ def _yarn(ctx: PEContext, s: float = 8.0, base: float = 10000.0, frac: float = 1
     return RoPE(ctx, base, frac, inv_freq=inv, attn_factor=factor)
 
 
-@register_pe("rerope", examples=["rerope", "rerope:w=16", "rerope:w=4"], options=[
+@register_pe("rerope", examples=["rerope", "rerope:w=16", "rerope:w=4", "rerope:logn=true"], options=[
     Opt("w", int, None, "window: exact RoPE for |m−n| < w, relative position clipped to w beyond (unset: max_len // 2)",
         lo=1, hi=10**9, example=16),
-    ROPE_BASE, ROPE_FRAC])
-def _rerope(ctx: PEContext, w: Optional[int] = None, base: float = 10000.0, frac: float = 1.0) -> PE:
+    ROPE_BASE, ROPE_FRAC,
+    Opt("logn", bool, False, "multiply query m by max(1, log(m+1)/log L) before both score matrices, as in Su's "
+        "reference patch (log-n attention); L = original_max_len", example=True),
+    Opt("original_max_len", int, None, "training length L used by logn (unset: max_len)", lo=2, hi=10**9, example=512)])
+def _rerope(ctx: PEContext, w: Optional[int] = None, base: float = 10000.0, frac: float = 1.0, logn: bool = False,
+            original_max_len: Optional[int] = None) -> PE:
     "ReRoPE: exact RoPE inside window w (default max_len // 2), relative position clipped to w beyond (naive/chunked only)."
-    return ReRoPE(ctx, w if w is not None else max(1, ctx.max_len // 2), base, frac)
+    window = w if w is not None else max(1, ctx.max_len // 2)
+    if logn: return ReRoPELogN(ctx, window, base, frac, train_len=original_max_len)
+    return ReRoPE(ctx, window, base, frac)
 
 # %% ../../nbs/12_context_extension.ipynb #65f3dead
 def rerope_logn_scale(pos: Tensor, train_len: int) -> Tensor:
