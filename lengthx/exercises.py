@@ -80,7 +80,7 @@ def written(id: str, chapter: str, title: str, kind: str) -> Exercise:
     "Register a derivation or experiment: graded by reading, listed so that courses can assign it."
     return _register(Exercise(id, chapter, title, kind))
 
-# %% ../nbs/80_exercises.ipynb #8b89dd0b
+# %% ../nbs/80_exercises.ipynb #70b87f2a
 def _fmt(x: Any, n: int = 6) -> str:
     "A short printable form of a value (first `n` entries of a tensor or list)."
     if isinstance(x, Tensor):
@@ -98,7 +98,7 @@ def _call(fn: Callable, what: str, *args, **kw):
     except Fail:
         raise
     except Exception as e:
-        raise Fail(f"your function raised {type(e).__name__}: {e} — when called with {what}.") from None
+        raise Fail(f"your function raised {type(e).__name__}{': ' + str(e) if str(e) else ''} when called with {what}.") from None
 
 
 def _as_tensor(out: Any, what: str, shape: Optional[tuple] = None) -> Tensor:
