@@ -31,11 +31,11 @@ from .tasks import che_tasks, evaluate_mod
 
 # %% auto #0
 __all__ = ['EXERCISES', 'KINDS', 'Fail', 'Exercise', 'autograded', 'written', 'known', 'get', 'solution', 'check', 'attend',
-           'sinusoidal', 'rope_rotate_half', 'xpos_scale', 'ntk_inv_freq', 'alibi_bias', 'is_cpd', 'fire_distance',
-           'randomized_positions', 'segment_positions', 'dape_logits', 'causal_key_conv', 'last_k_windows',
-           'solve_modular_arithmetic', 'mqar_targets']
+           'sinusoidal', 'rope_rotate_half', 'layout_permutation', 'xpos_scale', 'ntk_inv_freq', 'alibi_bias', 'is_cpd',
+           'cpd_counterexample', 'fire_distance', 'randomized_positions', 'segment_positions', 'dape_logits',
+           'causal_key_conv', 'last_k_windows', 'solve_modular_arithmetic', 'mqar_targets']
 
-# %% ../nbs/80_exercises.ipynb #c29a5e03
+# %% ../nbs/80_exercises.ipynb #da9d28e4
 class Fail(Exception):
     "A property check failed: the message names the property, the input, and what was expected against what came back."
 
@@ -68,10 +68,10 @@ def _register(ex: Exercise) -> Exercise:
     return ex
 
 
-def autograded(id: str, chapter: str, title: str, signature: str, checks: tuple) -> Callable:
+def autograded(id: str, chapter: str, title: str, signature: str, checks: tuple, kind: str = "implement") -> Callable:
     "Decorator: register the decorated function as the reference solution of an autograded exercise."
     def deco(ref: Callable) -> Callable:
-        _register(Exercise(id, chapter, title, "implement", signature, ref, tuple(checks)))
+        _register(Exercise(id, chapter, title, kind, signature, ref, tuple(checks)))
         return ref
     return deco
 
@@ -286,7 +286,7 @@ def sinusoidal(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
 written("2.2", "02_absolute", "Derive M_k, and show that p_m·p_n depends on m − n only", "derive")
 written("2.3", "02_absolute", "Predict, then plot, p_m·p_n against |m − n| for two dimensions", "experiment")
 
-# %% ../nbs/80_exercises.ipynb #798b71ce
+# %% ../nbs/80_exercises.ipynb #3577a843
 def _rope_inputs(seed: int, T: int = 9, d: int = 8):
     return _randn(2, T, d, seed=seed), torch.arange(T), rope_inv_freq(d)
 
@@ -342,7 +342,36 @@ def rope_rotate_half(x: Tensor, pos: Tensor, inv_freq: Tensor) -> Tensor:
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-written("10.2", "10_rope", "Find the permutation that turns the interleaved layout into rotate-half", "derive")
+def _ch10_perm_valid(fn):
+    "returns a permutation of 0..d−1"
+    for d in (8, 16):
+        what = f"d = {d}"
+        pi = _call(fn, what, d)
+        if pi is None: raise Fail(f"your function returned None for {what}; it should return a list of {d} indices.")
+        try: pi = [int(v) for v in pi]
+        except Exception: raise Fail(f"for {what} your function returned {_fmt(pi)}, not a list of indices.") from None
+        if sorted(pi) != list(range(d)): raise Fail(f"for {what} got {_fmt(pi, 16)}, which is not a permutation of 0..{d - 1}.")
+
+
+def _ch10_perm_layouts(fn):
+    "rotate-half applied to x[π] equals interleaved RoPE of x, permuted by π"
+    for d in (8, 16):
+        x, pos, inv = _randn(2, 5, d, seed=d), torch.arange(5), rope_inv_freq(d)
+        what = f"d = {d}, random x at positions 0..4"
+        pi = torch.tensor([int(v) for v in _call(fn, what, d)])
+        lhs, rhs = _rope_rotate_half(x[..., pi], pos, inv), rope_interleaved(x, pos, inv)[..., pi]
+        _close(lhs, rhs, what + ": rope_rotate_half(x[..., π]) against rope_interleaved(x)[..., π]", atol=1e-6,
+               hint="Rotate-half pairs slot i with slot i + d/2; the interleaved layout pairs 2i with 2i + 1. "
+                    "So π must put x_{2i} in slot i and x_{2i+1} in slot i + d/2.")
+
+
+@autograded("10.2", "10_rope", "The permutation between the interleaved and rotate-half layouts",
+            "layout_permutation(d: int) -> list[int]", (_ch10_perm_valid, _ch10_perm_layouts), kind="derive")
+def layout_permutation(d: int) -> list[int]:
+    "π = [0, 2, 4, …, 1, 3, 5, …]: slot i takes dimension 2i, slot i + d/2 takes 2i + 1."
+    return list(range(0, d, 2)) + list(range(1, d, 2))
+
+
 written("10.3", "10_rope", "Predict, then plot, the long-term decay bound for base 10⁴ and 5·10⁵", "experiment")
 written("10.4", "10_rope", "Research: partial rotation — which pairs matter beyond the training length?", "experiment")
 
@@ -484,7 +513,7 @@ def alibi_bias(n_heads: int, length: int) -> Tensor:
 written("20.2", "20_t5_alibi", "Which distances share a T5 bucket? Prove the last bucket is open-ended", "derive")
 written("20.3", "20_t5_alibi", "Predict each ALiBi head's attention span at length 1024, then measure it", "experiment")
 
-# %% ../nbs/80_exercises.ipynb #ffd262f8
+# %% ../nbs/80_exercises.ipynb #f571751a
 def _gram(f: Callable[[Tensor], Tensor], n: int = 12, seed: int = 21) -> Tensor:
     x = torch.rand(n, generator=_gen(seed), dtype=torch.float64) * 20
     return f((x[:, None] - x[None]).abs())
@@ -535,7 +564,32 @@ def is_cpd(K: Tensor, tol: float = 1e-8) -> bool:
     return torch.linalg.eigvalsh(P @ K @ P).min().item() >= -tol * n * (1 + K.abs().max().item())
 
 
-written("21.2", "21_kerple", "Find three points that prove −|x − y|^p is not CPD for p > 2", "derive")
+def _ch21_counter(fn):
+    "for p > 2: points x and weights c with Σc = 0 and cᵀKc < 0, K = −|x_i − x_j|^p"
+    for p in (2.5, 3.0, 4.0):
+        what = f"p = {p}"
+        out = _call(fn, what, p)
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise Fail(f"for {what} your function returned {_fmt(out)}; it should return the pair (x, c) of points and weights.")
+        x, c = (_as_tensor(t, what).to(torch.float64).flatten() for t in out)
+        if x.shape != c.shape or x.numel() < 2: raise Fail(f"for {what}, x {_fmt(x)} and c {_fmt(c)} must have the same length ≥ 2.")
+        if c.abs().max() == 0: raise Fail(f"for {what}, c is all zeros; the definition asks about every nonzero sum-zero c.")
+        if abs(c.sum().item()) > 1e-9 * c.abs().sum().item():
+            raise Fail(f"for {what}, c = {_fmt(c)} sums to {c.sum().item():.3g}, not 0: CPD only constrains sum-zero vectors, "
+                       "so a counterexample must sum to zero.")
+        val = (c @ (-(x[:, None] - x[None]).abs() ** p) @ c).item()
+        if not val < -1e-9 * (1 + c.abs().max().item() ** 2 * (x.max() - x.min()).item() ** p):
+            raise Fail(f"for {what}, x = {_fmt(x)} and c = {_fmt(c)} give cᵀKc = {val:.4g}, which is not negative.")
+
+
+@autograded("21.2", "21_kerple", "A counterexample: −|x − y|^p is not CPD for p > 2",
+            "cpd_counterexample(p: float) -> tuple[Tensor[n], Tensor[n]]   # points x, sum-zero weights c",
+            (_ch21_counter,), kind="derive")
+def cpd_counterexample(p: float) -> tuple[Tensor, Tensor]:
+    "x = (0, 1, 2), c = (1, −2, 1): cᵀKc = 2(4 − 2^p) = 8 − 2^(p+1) < 0 exactly when p > 2."
+    return torch.tensor([0.0, 1.0, 2.0]), torch.tensor([1.0, -2.0, 1.0])
+
+
 written("21.3", "21_kerple", "Predict where a learned power kernel's exponent settles, then train and read it", "experiment")
 
 # %% ../nbs/80_exercises.ipynb #5e128b2a

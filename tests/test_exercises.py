@@ -70,6 +70,32 @@ def rope_half_scaled(x, pos, inv_freq):
     return torch.cat([x1 * (c + s), x2 * (c + s)], -1)
 
 
+def perm_identity(d):
+    "the identity: assumes the layouts already agree"
+    return list(range(d))
+
+
+def perm_inverse(d):
+    "the inverse of the right permutation (slot 2i takes dimension i)"
+    pi = list(range(0, d, 2)) + list(range(1, d, 2))
+    return sorted(range(d), key=lambda i: pi[i])
+
+
+def perm_halves_swapped(d):
+    "odd dimensions first"
+    return list(range(1, d, 2)) + list(range(0, d, 2))
+
+
+def counter_not_sum_zero(p):
+    "a vector that does not sum to zero (a PSD counterexample, not a CPD one)"
+    return torch.tensor([0.0, 1.0, 2.0]), torch.tensor([1.0, -1.0, 1.0])
+
+
+def counter_two_points(p):
+    "two points: c = (1, −1) gives cᵀKc = 2|x₁ − x₂|^p > 0"
+    return torch.tensor([0.0, 1.0]), torch.tensor([1.0, -1.0])
+
+
 def xpos_i_not_2i(pos, dim, scale_base=512.0):
     "ζ_i = (i + 0.4d)/(1.4d): i where 2i belongs"
     zeta = (torch.arange(dim // 2, dtype=torch.float64) + 0.4 * dim) / (1.4 * dim)
@@ -253,10 +279,12 @@ WRONG = {
     "1.1": [attend_scale_d, attend_masks_past, attend_softmax_queries],
     "2.1": [sinusoidal_concat, sinusoidal_exponent],
     "10.1": [rope_interleaved, rope_half_wrong_sign, rope_half_scaled],
+    "10.2": [perm_identity, perm_inverse, perm_halves_swapped],
     "11.1": [xpos_i_not_2i, xpos_key_factor],
     "12.1": [ntk_exponent_one, ntk_is_pi],
     "20.1": [alibi_wrong_sign, alibi_naive_slopes],
     "21.1": [cpd_psd_on_all_vectors, cpd_strict],
+    "21.2": [counter_not_sum_zero, counter_two_points],
     "22.1": [fire_no_threshold, fire_no_plus_one],
     "23.1": [random_with_replacement, random_offset, random_unsorted, random_global_rng],
     "30.1": [segments_inclusive, segments_intra_off_by_one],
@@ -271,7 +299,7 @@ EXPECT = {
     "rope_interleaved": "interleaved", "rope_half_wrong_sign": "−m·θ", "cpd_psd_on_all_vectors": "sum-zero",
     "cpd_strict": "not > 0", "segments_inclusive": "exclusive", "dape_no_residual": "residual", "dape_swapped": "[B; S]",
     "conv_no_tril": "tril", "conv_tril_after": "tril", "windows_overrun": "L + 1", "alibi_wrong_sign": "penalty",
-    "ntk_exponent_one": "d/(d−2)", "sinusoidal_concat": "Interleave", "random_offset": "uniform",
+    "ntk_exponent_one": "d/(d−2)", "sinusoidal_concat": "Interleave", "random_offset": "uniform", "counter_not_sum_zero": "sum-zero", "perm_identity": "2i + 1",
 }
 
 
@@ -306,7 +334,7 @@ def test_stub_crash_and_none_are_false_with_a_message(id, capsys):
 def test_unknown_and_written_ids():
     with pytest.raises(ValueError, match="10.1"): E.get("10.7")
     with pytest.raises(ValueError, match="did you mean"): E.solution("21.9")
-    with pytest.raises(ValueError, match="in writing"): E.check("10.2", lambda: None)
+    with pytest.raises(ValueError, match="in writing"): E.check("10.3", lambda: None)
     ids = E.known()
     assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split("."))))
     assert set(E.known(autograded_only=True)) < set(ids)

@@ -62,7 +62,7 @@ def machine() -> dict:
 
 
 def time_one(path: Path, timeout: int) -> dict:
-    "Run one notebook in a fresh process; wall seconds and whether it finished cleanly."
+    "Run one notebook in a fresh process; wall seconds, whether it finished cleanly, and the 1-minute load average after it."
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(ROOT))
     env.pop("LENGTHX_FULL", None)                     # QUICK mode, as CI runs the chapters
     t0 = time.perf_counter()
@@ -71,7 +71,7 @@ def time_one(path: Path, timeout: int) -> dict:
         ok, err = r.returncode == 0, r.stderr.strip().splitlines()[-1:] if r.returncode else []
     except subprocess.TimeoutExpired:
         ok, err = False, [f"timed out after {timeout} s"]
-    row = dict(seconds=round(time.perf_counter() - t0, 1), ok=ok)
+    row = dict(seconds=round(time.perf_counter() - t0, 1), ok=ok, load_end=round(os.getloadavg()[0], 2))
     if err: row["error"] = err[0][:300]
     return row
 
