@@ -375,7 +375,7 @@ def layout_permutation(d: int) -> list[int]:
 written("10.3", "10_rope", "Predict, then plot, the long-term decay bound for base 10⁴ and 5·10⁵", "experiment")
 written("10.4", "10_rope", "Research: partial rotation — which pairs matter beyond the training length?", "experiment")
 
-# %% ../nbs/80_exercises.ipynb #4e9bb00c
+# %% ../nbs/80_exercises.ipynb #beda139c
 def _ch11_origin(fn):
     "the scale is 1 at position 0"
     what = "pos = [0], dim = 16"
@@ -424,7 +424,7 @@ def xpos_scale(pos: Tensor, dim: int, scale_base: float = 512.0) -> Tensor:
 
 
 written("11.2", "11_xpos", "Show the xPos logit depends on m − n only, and why it must stay causal", "derive")
-written("11.3", "11_xpos", "Predict the position at which the key factor overflows float16, then run it", "experiment")
+written("11.3", "11_xpos", "Predict where xPos's factors leave float16's range without centring, then find it", "experiment")
 
 # %% ../nbs/80_exercises.ipynb #8d2b0ad7
 def _ch12_identity(fn):
