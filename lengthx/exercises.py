@@ -80,7 +80,7 @@ def written(id: str, chapter: str, title: str, kind: str) -> Exercise:
     "Register a derivation or experiment: graded by reading, listed so that courses can assign it."
     return _register(Exercise(id, chapter, title, kind))
 
-# %% ../nbs/80_exercises.ipynb #70b87f2a
+# %% ../nbs/80_exercises.ipynb #90d7cc83
 def _fmt(x: Any, n: int = 6) -> str:
     "A short printable form of a value (first `n` entries of a tensor or list)."
     if isinstance(x, Tensor):
@@ -92,7 +92,8 @@ def _fmt(x: Any, n: int = 6) -> str:
 
 
 def _call(fn: Callable, what: str, *args, **kw):
-    "Call the student's function; an exception becomes a Fail that names the input."
+    "Call the student's function on copies of the inputs; an exception becomes a Fail that names the input."
+    args = [a.clone() if isinstance(a, Tensor) else a for a in args]       # an in-place edit must not change our inputs
     try:
         return fn(*args, **kw)
     except Fail:

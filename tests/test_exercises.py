@@ -331,6 +331,24 @@ def test_stub_crash_and_none_are_false_with_a_message(id, capsys):
     assert E.check(id, "not a function") is False
 
 
+JUNK = [lambda *a, **k: "oops", lambda *a, **k: 42, lambda *a, **k: True, lambda *a, **k: torch.zeros(1),
+        lambda *a, **k: float("nan"), lambda *a, **k: (torch.zeros(2), "x"), lambda *a, **k: [None],
+        lambda *a, **k: torch.full((3, 3), float("nan"))]
+
+
+@pytest.mark.parametrize("id", E.known(autograded_only=True))
+def test_junk_outputs_are_false_never_raise(id):
+    "Whatever a student's function returns, check answers False and does not raise."
+    for f in JUNK: assert E.check(id, f, quiet=True) is False
+
+
+def test_in_place_student_does_not_corrupt_the_checks():
+    "A correct answer that also scribbles on its input still passes: the checks hand out copies."
+    def rope_in_place(x, pos, inv_freq):
+        out = E.solution("10.1")(x, pos, inv_freq); x.zero_(); return out
+    assert E.check("10.1", rope_in_place, quiet=True)
+
+
 def test_unknown_and_written_ids():
     with pytest.raises(ValueError, match="10.1"): E.get("10.7")
     with pytest.raises(ValueError, match="did you mean"): E.solution("21.9")
