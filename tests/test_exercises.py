@@ -310,7 +310,8 @@ def test_every_autograded_exercise_has_wrong_answers():
 @pytest.mark.parametrize("id", E.known(autograded_only=True))
 def test_reference_passes(id):
     assert E.check(id, E.solution(id), quiet=True)
-    assert inspect.getsource(E.solution(id)).startswith("@autograded") or "def " in inspect.getsource(E.solution(id))
+    src = inspect.getsource(E.solution(id))                     # readable: the registration and the code, nothing hidden
+    assert src.startswith(f'@autograded("{id}"') and f"def {E.solution(id).__name__}(" in src
 
 
 @pytest.mark.parametrize("id,wrong", [(i, w) for i, ws in WRONG.items() for w in ws], ids=lambda v: getattr(v, "__name__", v))
