@@ -10,7 +10,7 @@ Run it on a quiet machine: other jobs on the same cores make every number larger
 """
 from __future__ import annotations
 
-import argparse, json, os, platform, subprocess, sys, time
+import argparse, json, os, platform, signal, subprocess, sys, time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -76,7 +76,12 @@ def time_one(path: Path, timeout: int) -> dict:
     return row
 
 
+def _stop(signum, frame):
+    raise KeyboardInterrupt   # subprocess.run then kills the running notebook instead of leaving it orphaned
+
+
 def main(argv=None) -> int:
+    signal.signal(signal.SIGTERM, _stop)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("names", nargs="*", help="notebook stems, e.g. 10_rope (default: all numbered chapters)")
     ap.add_argument("--timeout", type=int, default=900, help="seconds before one notebook is abandoned")
