@@ -1,0 +1,385 @@
+"""The exercise grader: every reference passes, every kept wrong answer is rejected for the right reason,
+a crashing or silent function is a clean False, and every chapter's Exercises section names its ids."""
+import inspect
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lengthx import exercises as E
+from lengthx.evaluate import last_k_windows
+from lengthx.pe.bias import _alibi_power_of_2
+from lengthx.pe.kerple import sum_zero_projector
+from lengthx.pe.rotary import rope_interleaved
+from lengthx.tasks import evaluate_mod
+
+NBS = Path(__file__).resolve().parents[1] / "nbs"
+
+
+# ---- realistic wrong answers, at least one per autograded exercise ------------------------------------------------
+def attend_scale_d(q, k, v, causal=False):
+    "scales by 1/d instead of 1/√d"
+    s = q @ k.transpose(-2, -1) / q.shape[-1]
+    if causal: s = s.masked_fill(torch.ones(s.shape[-1], s.shape[-1], dtype=torch.bool).triu(1), float("-inf"))
+    return s.softmax(-1) @ v
+
+
+def attend_masks_past(q, k, v, causal=False):
+    "masks the past instead of the future (tril where triu was meant)"
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal: s = s.masked_fill(torch.ones(s.shape[-1], s.shape[-1], dtype=torch.bool).tril(-1), float("-inf"))
+    return s.softmax(-1) @ v
+
+
+def attend_softmax_queries(q, k, v, causal=False):
+    "normalizes over the query axis"
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal: s = s.masked_fill(torch.ones(s.shape[-1], s.shape[-1], dtype=torch.bool).triu(1), float("-inf"))
+    return s.softmax(-2).nan_to_num() @ v
+
+
+def sinusoidal_concat(pos, dim, base=10000.0):
+    "all sines, then all cosines (the tensor2tensor layout)"
+    ang = pos.double()[:, None] * base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    return torch.cat([ang.sin(), ang.cos()], -1)
+
+
+def sinusoidal_exponent(pos, dim, base=10000.0):
+    "ω_i = base^(−i/d): the exponent steps by 1/d instead of 2/d"
+    ang = pos.double()[:, None] * base ** (-torch.arange(dim // 2, dtype=torch.float64) / dim)
+    return torch.stack([ang.sin(), ang.cos()], -1).flatten(-2)
+
+
+def rope_half_wrong_sign(x, pos, inv_freq):
+    "rotates by −mθ"
+    ang = pos.double()[:, None] * inv_freq
+    c, s = ang.cos(), ang.sin()
+    x1, x2 = x.chunk(2, -1)
+    return torch.cat([x1 * c + x2 * s, x2 * c - x1 * s], -1)
+
+
+def rope_half_scaled(x, pos, inv_freq):
+    "uses cos for both coordinates (x·(cos + sin)): not a rotation"
+    ang = pos.double()[:, None] * inv_freq
+    c, s = ang.cos(), ang.sin()
+    x1, x2 = x.chunk(2, -1)
+    return torch.cat([x1 * (c + s), x2 * (c + s)], -1)
+
+
+def perm_identity(d):
+    "the identity: assumes the layouts already agree"
+    return list(range(d))
+
+
+def perm_inverse(d):
+    "the inverse of the right permutation (slot 2i takes dimension i)"
+    pi = list(range(0, d, 2)) + list(range(1, d, 2))
+    return sorted(range(d), key=lambda i: pi[i])
+
+
+def perm_halves_swapped(d):
+    "odd dimensions first"
+    return list(range(1, d, 2)) + list(range(0, d, 2))
+
+
+def counter_not_sum_zero(p):
+    "a vector that does not sum to zero (a PSD counterexample, not a CPD one)"
+    return torch.tensor([0.0, 1.0, 2.0]), torch.tensor([1.0, -1.0, 1.0])
+
+
+def counter_two_points(p):
+    "two points: c = (1, −1) gives cᵀKc = 2|x₁ − x₂|^p > 0"
+    return torch.tensor([0.0, 1.0]), torch.tensor([1.0, -1.0])
+
+
+def xpos_i_not_2i(pos, dim, scale_base=512.0):
+    "ζ_i = (i + 0.4d)/(1.4d): i where 2i belongs"
+    zeta = (torch.arange(dim // 2, dtype=torch.float64) + 0.4 * dim) / (1.4 * dim)
+    return zeta ** (pos.double()[:, None] / scale_base)
+
+
+def xpos_key_factor(pos, dim, scale_base=512.0):
+    "returns the key factor ζ^(−n/γ) instead of the query factor"
+    return E.solution("11.1")(pos, dim, scale_base).reciprocal()
+
+
+def ntk_exponent_one(dim, base, scale):
+    "base·s instead of base·s^(d/(d−2))"
+    return (base * scale) ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+
+
+def ntk_is_pi(dim, base, scale):
+    "Position Interpolation: every frequency divided by s"
+    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim) / scale
+
+
+def alibi_wrong_sign(n_heads, length):
+    "a bonus for distance instead of a penalty"
+    return -E.solution("20.1")(n_heads, length)
+
+
+def alibi_naive_slopes(n_heads, length):
+    "the power-of-two geometric rule applied to any head count"
+    dist = (torch.arange(length)[:, None] - torch.arange(length)[None]).abs().double()
+    return -torch.tensor(_alibi_power_of_2(n_heads), dtype=torch.float64)[:, None, None] * dist
+
+
+def cpd_psd_on_all_vectors(K):
+    "tests PSD on every vector, not only the sum-zero ones"
+    return torch.linalg.eigvalsh(K.double()).min().item() >= -1e-9
+
+
+def cpd_strict(K):
+    "projects correctly but demands a strictly positive smallest eigenvalue"
+    P = sum_zero_projector(K.shape[0])
+    return torch.linalg.eigvalsh(P @ K.double() @ P).min().item() > 0
+
+
+def fire_no_threshold(i, j, c, L):
+    "normalizes by ψ(i), forgetting the threshold L"
+    psi = lambda x: torch.log1p((c * x.double()).abs())
+    return psi(i - j) / psi(i)
+
+
+def fire_no_plus_one(i, j, c, L):
+    "ψ(x) = log|c·x| without the + 1"
+    psi = lambda x: torch.log((c * x.double()).abs())
+    return psi(i - j) / psi(torch.clamp(i.double(), min=L))
+
+
+def random_with_replacement(length, max_len, generator):
+    "sorted randint: duplicates"
+    if length > max_len: raise ValueError("too long")
+    return torch.randint(0, max_len, (length,), generator=generator).sort().values
+
+
+def random_offset(length, max_len, generator):
+    "a random start followed by consecutive positions"
+    if length > max_len: raise ValueError("too long")
+    start = torch.randint(0, max_len - length + 1, (1,), generator=generator).item()
+    return torch.arange(start, start + length)
+
+
+def random_unsorted(length, max_len, generator):
+    "forgets to sort"
+    if length > max_len: raise ValueError("too long")
+    return torch.randperm(max_len, generator=generator)[:length]
+
+
+def random_global_rng(length, max_len, generator):
+    "ignores the generator it was given"
+    if length > max_len: raise ValueError("too long")
+    return torch.randperm(max_len)[:length].sort().values
+
+
+def segments_inclusive(ids, sep_ids):
+    "the separator opens the next segment (inclusive cumsum; intra restarts at the separator)"
+    sep = torch.isin(ids, torch.tensor(list(sep_ids))).long()
+    inter = sep.cumsum(-1)
+    intra = torch.zeros_like(ids)
+    for t in range(1, ids.shape[-1]):
+        intra[..., t] = torch.where(sep[..., t].bool(), 0, intra[..., t - 1] + 1)
+    return intra, inter
+
+
+def segments_intra_off_by_one(ids, sep_ids):
+    "intra = t − (index of the last separator): the first token of a segment gets 1"
+    intra, inter = E.solution("30.1")(ids, sep_ids)
+    return torch.where(inter > 0, intra + 1, intra), inter
+
+
+def dape_no_residual(S, bias, W1, b1, W2, b2):
+    "returns f(S, B) without S + B"
+    return E.solution("40.1")(S, bias, W1, b1, W2, b2) - S - bias
+
+
+def dape_swapped(S, bias, W1, b1, W2, b2):
+    "concatenates [B; S]"
+    x = torch.cat([bias.expand_as(S), S], 1)
+    h = F.leaky_relu(torch.einsum("dc,bcqk->bdqk", W1, x) + b1[:, None, None], 0.01)
+    return S + bias + torch.einsum("hd,bdqk->bhqk", W2, h) + b2[:, None, None]
+
+
+def dape_per_head(S, bias, W1, b1, W2, b2):
+    "applies a scalar MLP to each head alone (no mixing): uses only W1's diagonal-ish entries"
+    H = S.shape[1]
+    out = []
+    for h in range(H):
+        x = torch.stack([S[:, h], bias[h].expand_as(S[:, h])], 1)                         # [B, 2, T, T]
+        hid = F.leaky_relu(torch.einsum("dc,bcqk->bdqk", W1[:, [h, H + h]], x) + b1[:, None, None], 0.01)
+        out.append(torch.einsum("d,bdqk->bqk", W2[h], hid) + b2[h])
+    return S + bias + torch.stack(out, 1)
+
+
+def dape_over_keys(S, bias, W1, b1, W2, b2):
+    "a softmax-normalized f over the key axis: future keys leak"
+    return E.solution("40.1")(S, bias, W1, b1, W2, b2) + S.softmax(-1)
+
+
+def conv_no_tril(x, weight, bias):
+    "convolves the full map: the diagonal reads key i + 1"
+    return F.conv2d(x, weight, bias, padding=(0, weight.shape[-1] // 2))
+
+
+def conv_tril_after(x, weight, bias):
+    "masks the output instead of the input"
+    T = x.shape[-1]
+    return F.conv2d(x, weight, bias, padding=(0, weight.shape[-1] // 2)) * torch.ones(T, T).tril()
+
+
+def conv_along_queries(x, weight, bias):
+    "a k×1 kernel: mixes query rows"
+    return F.conv2d(x.tril(), weight.transpose(-1, -2), bias, padding=(weight.shape[-1] // 2, 0))
+
+
+def windows_negative_scored_from(n_tokens, length, k=256, n_windows=16):
+    "scored_from = length − k, negative when k > length"
+    return [(s, length - k) for s, _ in last_k_windows(n_tokens, length, k, n_windows)]
+
+
+def windows_overrun(n_tokens, length, k=256, n_windows=16):
+    "span = n_tokens − length: the last window's last target is past the end"
+    span = n_tokens - length
+    n = max(1, min(n_windows, span + 1))
+    return [(round(i * span / (n - 1)), length - min(k, length)) for i in range(n)]
+
+
+def arith_left_to_right(ids):
+    "evaluates left to right, ignoring that * binds tighter"
+    sym = "01234+-*"
+    acc, op = int(sym[ids[0]]), None
+    for t in ids[1:]:
+        s = sym[t]
+        if s in "+-*": op = s
+        else: acc = acc + int(s) if op == "+" else acc - int(s) if op == "-" else acc * int(s)
+    return acc % 5
+
+
+def arith_no_mod(ids):
+    "forgets to reduce mod 5"
+    return eval("".join("01234+-*"[t] for t in ids))
+
+
+def mqar_shifted(seq, n_keys):
+    "puts the answer one position late (on the value, as in the context)"
+    out = E.solution("61.1")(seq, n_keys)
+    return [-100] + out[:-1]
+
+
+def mqar_every_key(seq, n_keys):
+    "scores every key, including first occurrences whose value is not known yet"
+    return [seq[t + 1] if tok < n_keys and t + 1 < len(seq) else -100 for t, tok in enumerate(seq)]
+
+
+WRONG = {
+    "1.1": [attend_scale_d, attend_masks_past, attend_softmax_queries],
+    "2.1": [sinusoidal_concat, sinusoidal_exponent],
+    "10.1": [rope_interleaved, rope_half_wrong_sign, rope_half_scaled],
+    "10.2": [perm_identity, perm_inverse, perm_halves_swapped],
+    "11.1": [xpos_i_not_2i, xpos_key_factor],
+    "12.1": [ntk_exponent_one, ntk_is_pi],
+    "20.1": [alibi_wrong_sign, alibi_naive_slopes],
+    "21.1": [cpd_psd_on_all_vectors, cpd_strict],
+    "21.2": [counter_not_sum_zero, counter_two_points],
+    "22.1": [fire_no_threshold, fire_no_plus_one],
+    "23.1": [random_with_replacement, random_offset, random_unsorted, random_global_rng],
+    "30.1": [segments_inclusive, segments_intra_off_by_one],
+    "40.1": [dape_no_residual, dape_swapped, dape_per_head, dape_over_keys],
+    "41.1": [conv_no_tril, conv_tril_after, conv_along_queries],
+    "53.1": [windows_negative_scored_from, windows_overrun],
+    "60.1": [arith_left_to_right, arith_no_mod],
+    "61.1": [mqar_shifted, mqar_every_key],
+}
+# the words the failure message must contain: the grader names the mistake, not only "wrong"
+EXPECT = {
+    "rope_interleaved": "interleaved", "rope_half_wrong_sign": "−m·θ", "cpd_psd_on_all_vectors": "sum-zero",
+    "cpd_strict": "not > 0", "segments_inclusive": "exclusive", "dape_no_residual": "residual", "dape_swapped": "[B; S]",
+    "conv_no_tril": "tril", "conv_tril_after": "tril", "windows_overrun": "L + 1", "alibi_wrong_sign": "penalty",
+    "ntk_exponent_one": "d/(d−2)", "sinusoidal_concat": "Interleave", "random_offset": "uniform", "counter_not_sum_zero": "sum-zero", "perm_identity": "2i + 1",
+}
+
+
+def test_every_autograded_exercise_has_wrong_answers():
+    assert set(WRONG) == set(E.known(autograded_only=True))
+
+
+@pytest.mark.parametrize("id", E.known(autograded_only=True))
+def test_reference_passes(id):
+    assert E.check(id, E.solution(id), quiet=True)
+    src = inspect.getsource(E.solution(id))                     # readable: the registration and the code, nothing hidden
+    assert src.startswith(f'@autograded("{id}"') and f"def {E.solution(id).__name__}(" in src
+
+
+@pytest.mark.parametrize("id,wrong", [(i, w) for i, ws in WRONG.items() for w in ws], ids=lambda v: getattr(v, "__name__", v))
+def test_wrong_answer_rejected(id, wrong, capsys):
+    assert not E.check(id, wrong)
+    out = capsys.readouterr().out
+    assert "First failure" in out and "✗" in out
+    if wrong.__name__ in EXPECT: assert EXPECT[wrong.__name__] in out, out
+
+
+@pytest.mark.parametrize("id", E.known(autograded_only=True))
+def test_stub_crash_and_none_are_false_with_a_message(id, capsys):
+    def stub(*a, **k): raise NotImplementedError("write me")
+    assert E.check(id, stub) is False
+    assert "NotImplementedError: write me when called with" in capsys.readouterr().out
+    assert E.check(id, lambda *a, **k: None) is False
+    assert "None" in capsys.readouterr().out
+    assert E.check(id, "not a function") is False
+
+
+JUNK = [lambda *a, **k: "oops", lambda *a, **k: 42, lambda *a, **k: True, lambda *a, **k: torch.zeros(1),
+        lambda *a, **k: float("nan"), lambda *a, **k: (torch.zeros(2), "x"), lambda *a, **k: [None],
+        lambda *a, **k: torch.full((3, 3), float("nan"))]
+
+
+@pytest.mark.parametrize("id", E.known(autograded_only=True))
+def test_junk_outputs_are_false_never_raise(id):
+    "Whatever a student's function returns, check answers False and does not raise."
+    for f in JUNK: assert E.check(id, f, quiet=True) is False
+
+
+def test_in_place_student_does_not_corrupt_the_checks():
+    "A correct answer that also scribbles on its input still passes: the checks hand out copies."
+    def rope_in_place(x, pos, inv_freq):
+        out = E.solution("10.1")(x, pos, inv_freq); x.zero_(); return out
+    assert E.check("10.1", rope_in_place, quiet=True)
+
+
+def test_unknown_and_written_ids():
+    with pytest.raises(ValueError, match="10.1"): E.get("10.7")
+    with pytest.raises(ValueError, match="did you mean"): E.solution("21.9")
+    with pytest.raises(ValueError, match="in writing"): E.check("10.3", lambda: None)
+    ids = E.known()
+    assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split("."))))
+    assert set(E.known(autograded_only=True)) < set(ids)
+
+
+def test_check_leaves_the_global_rng_alone():
+    torch.manual_seed(123); a = torch.rand(3)
+    torch.manual_seed(123); E.check("23.1", E.solution("23.1"), quiet=True); b = torch.rand(3)
+    assert torch.equal(a, b)
+
+
+CHAPTERS = ["01_attention", "02_absolute", "10_rope", "11_xpos", "12_context_extension", "20_t5_alibi", "21_kerple",
+            "22_sandwich_fire", "23_randomized", "30_bipe", "40_dape", "41_cdape", "53_evaluate", "60_che", "61_recall_arithmetic"]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_exercise_section(chapter):
+    "Each method chapter ends with an Exercises section that names exactly its registered ids and checks a stub."
+    cells = json.loads((NBS / f"{chapter}.ipynb").read_text())["cells"]
+    src = ["".join(c["source"]) for c in cells]
+    start = next(i for i, s in enumerate(src) if s.startswith("## Exercises"))
+    section = "\n".join(src[start:])
+    ids = [i for i in E.known() if E.get(i).chapter == chapter]
+    assert len(ids) >= 3 and any(E.get(i).autograded for i in ids)
+    named = set(re.findall(r"\*\*Exercise (\d+\.\d+)\*\*", section))
+    assert named == set(ids), (chapter, named, ids)
+    code = [c for c in cells[start:] if c["cell_type"] == "code"]
+    assert any("check(" in "".join(c["source"]) for c in code)
+    assert any("First failure" in "".join(o.get("text", "")) for c in code for o in c.get("outputs", [])), "stored stub output"

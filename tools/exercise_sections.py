@@ -1,0 +1,264 @@
+"""Append the `## Exercises` section (one markdown cell, one code cell) to the end of each method chapter,
+and run its code cell alone to store the grader's message on the stub.
+
+    python tools/exercise_sections.py                  # every method chapter
+    python tools/exercise_sections.py 01_attention     # only these
+
+Every other cell (ids, outputs) stays as it is; re-running replaces only the section it appended before.
+The sections' code cells are self-contained (they import `check` and define a stub), so running them
+alone gives the same output as running the whole chapter. After it: `nbdev_clean`.
+"""
+import hashlib, json, sys
+from pathlib import Path
+
+NBS = Path(__file__).resolve().parents[1] / "nbs"
+
+INTRO = ("Implementation exercises are graded with `check` from `lengthx.exercises`, which runs property tests "
+         "and compares with a reference; `inspect.getsource(solution(id))` shows the reference after you have tried "
+         "([how grading works](80_exercises.ipynb)). ★ warm-up, ★★ needs thought, ★★★ open-ended.\n\n")
+
+EX = {}
+
+EX["01_attention"] = ("""**Exercise 1.1** (implement, ★, autograded). Write `attend(q, k, v, causal)`: $\\mathrm{softmax}(qk^\\top/\\sqrt d)\\,v$ for `q, k, v` of shape `[..., T, d]`, with no positional information; with `causal=True`, query $i$ sees keys $j \\le i$ only. The grader checks the two facts this chapter rests on — without a mask, permuting the tokens permutes the output; with the mask, changing future keys never moves an earlier output — and compares with `attention(..., build_pe("nope", ...))`.
+
+**Exercise 1.2** (derive, ★★). (a) Prove that for any permutation matrix $P$, $\\mathrm{Attn}(PQ, PK, PV) = P\\,\\mathrm{Attn}(Q, K, V)$ when there is no mask and no PE, so a NoPE encoder sees a bag of tokens. (b) Show that the causal mask breaks this with a two-token counterexample. (c) Let token 0 carry a value $v_0$ and every later token the value 0, and suppose all scores are equal. Show that the causal output at position $t$ is $v_0/(t+1)$: a causal NoPE decoder can read its own absolute position. Which assumption about the scores did (c) use, and what happens to it at positions far beyond training?
+
+**Exercise 1.3** (experiment, ★★★). *Predict first, in writing:* at initialization (random $q, k$, no training), how does the mean attention weight depend on the distance $i-j$ for `nope`, `alibi`, `t5` and `rope`? Then build each PE with `build_pe(spec, n_heads=4, head_dim=16)`, run `attention(q, k, v, pe, Positions.arange(1, 256), path="naive", return_weights=True)` on random inputs, and plot the mean weight against distance. Explain each curve from the logit formula $A = \\mathcal R(Q)\\mathcal R(K)^\\top/\\sqrt d + B + f$. Research extension: repeat with $q = k$ equal at every position (identical tokens); which PEs can still tell positions apart, and through which term?""",
+"""from lengthx.exercises import check
+
+def attend(q, k, v, causal=False):
+    "Exercise 1.1: softmax(q·kᵀ/√d)·v with an optional causal mask — replace this stub."
+    raise NotImplementedError
+
+check("1.1", attend)""")
+
+EX["02_absolute"] = ("""**Exercise 2.1** (implement, ★, autograded). Write `sinusoidal(pos, dim, base=10000.0)` returning the table $p_t$ of shape `[T, dim]`: $\\sin(t\\omega_i)$ in dimension $2i$ and $\\cos(t\\omega_i)$ in $2i+1$, with $\\omega_i = \\text{base}^{-2i/d}$. The grader checks the layout at position 0, the values, and the shift property $p_{t+k} = M_k p_t$ with this chapter's `shift_matrix`.
+
+**Exercise 2.2** (derive, ★★). Derive the $2\\times2$ block of $M_k$ for pair $i$ from the angle-addition formulas, and show it does not depend on $t$. Deduce $p_m^\\top p_n = \\sum_i \\cos((m-n)\\omega_i)$. Then expand the first-layer logit $(x_m+p_m)^\\top W_Q^\\top W_K (x_n+p_n)$ and name the terms that still depend on the absolute positions $m$ and $n$: why does a relative $p_m^\\top p_n$ not make the model relative?
+
+**Exercise 2.3** (experiment, ★★). *Predict first:* is $p_m^\\top p_n$ a decreasing function of $|m-n|$? Plot it against $|m-n| \\in [0, 4096]$ for $d = 16$ and $d = 512$. Where is its first local minimum, and how does that compare with the shortest and longest wavelengths $2\\pi/\\omega_i$? Chapter 22's Sandwich uses exactly this function as an attention bias: what does your plot predict about Sandwich far beyond the training length?""",
+"""from lengthx.exercises import check
+
+def sinusoidal(pos, dim, base=10000.0):
+    "Exercise 2.1: the interleaved sin/cos table [T, dim] — replace this stub."
+    raise NotImplementedError
+
+check("2.1", sinusoidal)""")
+
+EX["10_rope"] = ("""**Exercise 10.1** (implement, ★, autograded). Write `rope_rotate_half(x, pos, inv_freq)` for `x` of shape `[..., T, d]` in the GPT-NeoX layout: dimension $i$ pairs with $i + d/2$, and the pair is rotated by $m\\theta_i$. Do not call this chapter's functions. The grader checks position 0, norm preservation, that $q_m\\cdot k_n$ depends only on $m - n$, and the values — a correct rotation in the *interleaved* layout passes the first three and is caught by the fourth.
+
+**Exercise 10.2** (derive, ★★, autograded). Find the permutation $\\pi$ of $\\{0,\\dots,d-1\\}$ with `rope_rotate_half(x[..., π], pos, θ) == rope_interleaved(x, pos, θ)[..., π]`, and return it from `layout_permutation(d)` for `check("10.2", ...)`. Conclude that a checkpoint trained in one layout runs in the other after permuting the output features of $W_Q$ and $W_K$ (the rows of their `nn.Linear` weights), with identical logits. Why does the permutation not have to touch $W_V$?
+
+**Exercise 10.3** (experiment, ★★). *Predict first:* raising the base from $10^4$ to $5\\cdot10^5$ (as long-context models do) makes the long-term decay bound fall faster or slower with distance? Plot `rope_decay_bound` for both bases over distances 1..8192 with $d = 64$, and explain the difference with the wavelengths $2\\pi/\\theta_i$.
+
+**Exercise 10.4** (experiment, ★★★). Research question: do the slowest pairs, which never complete a turn inside the training window, cause RoPE's failure beyond it? Train `rope` and `rope:frac=0.25` with this chapter's QUICK setup, evaluate perplexity at 1×, 2× and 4× the training length, and argue from the result. What would you change to make the comparison fair (parameters, the number of rotated pairs, seeds)?""",
+"""from lengthx.exercises import check
+
+def rope_rotate_half(x, pos, inv_freq):
+    "Exercise 10.1: rotate the pair (x_i, x_{i+d/2}) by pos·θ_i — replace this stub."
+    raise NotImplementedError
+
+check("10.1", rope_rotate_half)
+
+def layout_permutation(d):
+    "Exercise 10.2: the permutation π as a list of d indices — replace this stub."
+    return None
+
+check("10.2", layout_permutation)""")
+
+EX["11_xpos"] = ("""**Exercise 11.1** (implement, ★, autograded). Write `xpos_scale(pos, dim, scale_base=512.0)` returning the query factor $\\zeta_i^{n/\\gamma}$ of shape `[T, dim/2]`, with $\\zeta_i = (2i + 0.4d)/(1.4d)$. The grader checks position 0, the range $(0, 1]$ and the ordering over pairs, that the product of query and key factors depends only on $m-n$, and the values.
+
+**Exercise 11.2** (derive, ★★). With $\\tilde q_m = \\zeta^{m/\\gamma}\\odot R_m q$ and $\\tilde k_n = \\zeta^{-n/\\gamma}\\odot R_n k$ (per pair), show that $\\tilde q_m^\\top \\tilde k_n$ depends on $m - n$ only, and write the factor each pair contributes. Then show what goes wrong without a causal mask: for $m < n$ the factor grows exponentially with the distance. Which pairs decay fastest, and why is that the right choice given RoPE's long-term decay?
+
+**Exercise 11.3** (experiment, ★★). This chapter centres positions to keep the key factor inside float16's range for longer. *Predict first, by hand, without centring* ($d = 64$, $\\gamma = 512$, $\\zeta_0 = 2/7$): the position at which the key factor $\\zeta_0^{-n/\\gamma}$ overflows float16 (65504), and the one at which the query factor $\\zeta_0^{n/\\gamma}$ underflows to zero (float16's smallest subnormal is $2^{-24}$). Then find both with `xpos_scale(...).half()`. What does a pair whose query factor has underflowed contribute to the logit, and why is a silent zero worse than an `inf`?""",
+"""from lengthx.exercises import check
+
+def xpos_scale(pos, dim, scale_base=512.0):
+    "Exercise 11.1: the query factor ζ_i^(pos/γ), shape [T, dim/2] — replace this stub."
+    raise NotImplementedError
+
+check("11.1", xpos_scale)""")
+
+EX["12_context_extension"] = ("""**Exercise 12.1** (implement, ★, autograded). Write `ntk_inv_freq(dim, base, scale)`: RoPE's $\\theta_i$ computed with the NTK-aware base. The grader checks that $s = 1$ changes nothing, that $\\theta_0$ stays 1 while the slowest pair is slowed by exactly $s$, and the values.
+
+**Exercise 12.2** (derive, ★★). Derive the NTK base: require the slowest pair $\\theta_{d/2-1}$ to turn by the same angle at position $sL$ with the new base as at $L$ with the old one, and solve for $b'$. Show that $\\theta_0$ is unchanged and that every pair in between is slowed by $s^{2i/(d-2)}$. For Position Interpolation, compute by how much the angle between two *adjacent* tokens shrinks for the fastest pair, and explain with the β-ary picture of this chapter why that hurts the nearest tokens most.
+
+**Exercise 12.3** (experiment, ★★★). *Predict first:* rank plain RoPE, PI, NTK, YaRN and ReRoPE by zero-shot perplexity at 4× the training length in this chapter's tiny experiment, and say why. Then run the experiment and compare. For each method that surprised you, point to the periods plot: which pairs does it change, and which did the model rely on?""",
+"""from lengthx.exercises import check
+
+def ntk_inv_freq(dim, base, scale):
+    "Exercise 12.1: θ_i with the NTK-aware base — replace this stub."
+    raise NotImplementedError
+
+check("12.1", ntk_inv_freq)""")
+
+EX["20_t5_alibi"] = ("""**Exercise 20.1** (implement, ★, autograded). Write `alibi_bias(n_heads, length)` returning $-m_h|i - j|$ of shape `[n_heads, length, length]`, with ALiBi's official slopes: geometric $2^{-8(h+1)/n}$ when $n$ is a power of two, and otherwise the $2^k$ slopes of the largest power of two below $n$ followed by every other slope of the $2^{k+1}$ rule. The grader checks the sign and linearity, the slopes for 8 heads, and 3, 6 and 12 heads.
+
+**Exercise 20.2** (derive, ★★). For unidirectional T5 buckets with 32 buckets and `max_distance=128`, find the distances that land in buckets 15, 16 and 31. Prove that every distance $\\ge 128$ lands in bucket 31, so a T5 model cannot tell a key 200 tokens back from one 2000 tokens back. Check your answers with `relative_position_bucket`.
+
+**Exercise 20.3** (experiment, ★★). With 8 heads (slopes $1/2, \\dots, 1/256$) and equal content scores, the bias alone sets the attention weights. *Predict first:* for each head, the distance beyond which a key gets less than 1% of the weight of the current token. Then measure it with `attention(..., return_weights=True)` on $q = 0$ at length 1024 and compare. Which heads can still see the whole window at 16× a training length of 64?""",
+"""from lengthx.exercises import check
+
+def alibi_bias(n_heads, length):
+    "Exercise 20.1: −m_h·|i − j| with the official slopes, [n_heads, length, length] — replace this stub."
+    raise NotImplementedError
+
+check("20.1", alibi_bias)""")
+
+EX["21_kerple"] = ("""**Exercise 21.1** (implement, ★, autograded). Write `is_cpd(K)` that decides whether a symmetric matrix is conditionally positive definite: $c^\\top K c \\ge 0$ for every $c$ with $\\sum_i c_i = 0$. The grader tries kernels that are CPD but not PSD (the triangle and log kernels), PD ones, a constant matrix, the power kernel with exponent 3, and a bias with the wrong sign — testing PSD on *all* vectors, or demanding a strictly positive projected eigenvalue, fails it.
+
+**Exercise 21.2** (derive, ★★, autograded). Find three points $x_1, x_2, x_3$ and a sum-zero $c$ with $c^\\top K c < 0$ for $K_{ij} = -|x_i - x_j|^p$ and any $p > 2$ — so KERPLE's power kernel must keep its exponent in $(0, 2]$. Compute $c^\\top K c$ as a function of $p$ and check that it is exactly 0 at $p = 2$. Return your `(x, c)` from `cpd_counterexample(p)` for `check("21.2", ...)`, and confirm with your `is_cpd`.
+
+**Exercise 21.3** (experiment, ★★★). *Predict first:* starting from its initialization, where will the learned exponent $r_2$ of `kerple_power` settle after training — near 1 (ALiBi), below, or above? Train it with this chapter's QUICK setup, read each head's $r_1, r_2$ from the trained PE, and relate the heads' kernels to their perplexity at 4× the training length. Research extension: does the log kernel win because of its shape, or because of its initialization?""",
+"""from lengthx.exercises import check
+
+def is_cpd(K):
+    "Exercise 21.1: True iff cᵀKc ≥ 0 for every c whose entries sum to zero — replace this stub."
+    raise NotImplementedError
+
+check("21.1", is_cpd)
+
+def cpd_counterexample(p):
+    "Exercise 21.2: points x and sum-zero weights c with cᵀKc < 0 for K = −|x_i − x_j|^p — replace this stub."
+    raise NotImplementedError
+
+check("21.2", cpd_counterexample)""")
+
+EX["22_sandwich_fire"] = ("""**Exercise 22.1** (implement, ★, autograded). Write `fire_distance(i, j, c, L)`: FIRE's MLP input $\\psi(i-j)/\\psi(\\max(i, L))$ with $\\psi(x) = \\log(1 + |cx|)$, for query positions `i` and key positions `j` that broadcast. The grader checks the diagonal, the range $[0, 1]$ on causal pairs, the threshold $L$ at the first queries, and the values.
+
+**Exercise 22.2** (derive, ★★). Show that the Sandwich bias $\\sum_{i<\\bar d/2} \\cos(k\\omega_i) - \\bar d/2$ is $\\le 0$, zero at $k = 0$, and that it is *not* monotone in $k$: find with `sandwich_kernel` the first distance at which it increases for $\\bar d = 128$. Using the facts of chapter 21 (a sum of cosines of $x - y$ is a PD kernel), decide whether the Sandwich bias is CPD.
+
+**Exercise 22.3** (experiment, ★★). *Predict first:* at 4× the training length $T$, what range of inputs does FIRE's MLP see for the last query, with $L = T$ and with $L$ close to 0? Plot `fire_normalized_distance` for that query in both cases against the training-time inputs. The input never leaves $[0, 1]$, yet its distribution shifts: which distances get squeezed together, and what does that mean for a bias learned at length $T$?""",
+"""from lengthx.exercises import check
+
+def fire_distance(i, j, c, L):
+    "Exercise 22.1: ψ(i − j)/ψ(max(i, L)) with ψ(x) = log(1 + |c·x|) — replace this stub."
+    raise NotImplementedError
+
+check("22.1", fire_distance)""")
+
+EX["23_randomized"] = ("""**Exercise 23.1** (implement, ★, autograded). Write `randomized_positions(length, max_len, generator)`: `length` distinct positions drawn uniformly without replacement from `range(max_len)`, sorted, from the generator you are given; refuse `length > max_len`. The grader checks order, distinctness and range, that every position is drawn with probability `length / max_len`, reproducibility under the generator, and the error.
+
+**Exercise 23.2** (derive, ★★). For a sequence of length $L$ whose positions are a uniform sorted subset of $\\{0, \\dots, N-1\\}$, show that $P(\\max < M) = \\binom{M}{L}/\\binom{N}{L}$. With $L = 40$ and $N = 2048$, how likely is a training sequence whose largest position is below 500? Which *relative* distances does training see least often, and why does that matter for a relative PE wrapped in randomized positions?
+
+**Exercise 23.3** (experiment, ★★★). *Predict first:* how does `max_len` change perplexity at 4× the training length — equal to the test length, 4× larger, 16× larger? Run this chapter's small experiment with `randomized:max_len=…` for three values and explain the trade-off you see between covering long positions and seeing each position often.""",
+"""from lengthx.exercises import check
+
+def randomized_positions(length, max_len, generator):
+    "Exercise 23.1: sorted distinct positions, uniform from range(max_len) — replace this stub."
+    raise NotImplementedError
+
+check("23.1", randomized_positions)""")
+
+EX["30_bipe"] = ("""**Exercise 30.1** (implement, ★, autograded). Write `segment_positions(ids, sep_ids)` returning `(intra, inter)` for `ids` of shape `[B, T]`, with this chapter's convention: a separator belongs to the segment it closes, so $n(t)$ counts separators strictly before $t$, and the token after a separator has intra position 0. The grader checks the worked example, rows that start with a separator, runs of separators, rows with none, the prefix property, and random batches.
+
+**Exercise 30.2** (derive, ★★). With $T$ states split into $\\sqrt T$ sets of $\\sqrt T$, compare the embedding sizes of Theorems 3.1 and 3.2 and find the $T$ beyond which BiPE's bound is smaller by a factor 10. Then explain, with a three-segment example, why the segment matrices $A(S)$ can be multiplied in any grouping — the fact the divide-and-conquer construction needs. What does a separator that belonged to the *next* segment (Exercise 30.1's wrong convention) break in this construction?
+
+**Exercise 30.3** (experiment, ★★). *Predict first:* BiPE with natural segments (`bipe:rope`) against fixed-length segments (`bipe:fixed=γ:rope`) for $\\gamma$ much shorter than, close to, and much longer than the corpus's mean segment length. Run the comparison for three values of $\\gamma$ and explain what the fixed segments lose.""",
+"""from lengthx.exercises import check
+
+def segment_positions(ids, sep_ids):
+    "Exercise 30.1: (intra, inter) — separators close their segment — replace this stub."
+    raise NotImplementedError
+
+check("30.1", segment_positions)""")
+
+EX["40_dape"] = ("""**Exercise 40.1** (implement, ★★, autograded). Write `dape_logits(S, bias, W1, b1, W2, b2)`: equation 3, $S + B + W_2\\,\\mathrm{LeakyReLU}(W_1[S; B] + b_1) + b_2$, where $[S; B]$ stacks all heads' scores and biases on the channel axis (`W1` is $D \\times 2H$, slope 0.01) and the MLP acts at every query–key pair on its own. The grader checks that a future pixel never moves another pixel, that the MLP mixes heads, and the values.
+
+**Exercise 40.2** (derive, ★★). Let the base bias be ALiBi's, $B_h = -m_h|i-j|$. Give weights $W_1, b_1, W_2, b_2$ (with $D = 1$) for which DAPE's logits equal $S + c\\,B$ for a head of your choice and any $c > 0$: DAPE can rescale a slope. Then show that $f$ can never produce a bias that depends on the absolute query position $i$ alone when $S$ and $B$ do not. Why does this keep DAPE a *relative* method?
+
+**Exercise 40.3** (experiment, ★★★). *Predict first:* at 4× the training length, does the learned term $f$ mostly strengthen or weaken the bias at long distances? Use `model.pe.terms(...)` on this chapter's trained model, as in its figure, for a query at the training length and one at 4×, and compare the mean of $f$ by distance. Explain what you see in terms of what the model needs at long distances.""",
+"""from lengthx.exercises import check
+
+def dape_logits(S, bias, W1, b1, W2, b2):
+    "Exercise 40.1: S + B + W2·LeakyReLU(W1·[S; B] + b1) + b2 at each (i, j) — replace this stub."
+    raise NotImplementedError
+
+check("40.1", dape_logits)""")
+
+EX["41_cdape"] = ("""**Exercise 41.1** (implement, ★★, autograded). Write `causal_key_conv(x, weight, bias)`: CDAPE's convolution of score maps `x` `[B, C, T, T]` with 1×k kernels along the key axis (padding $k/2$, so the size stays), applied to the lower-triangular map — every pixel $j > i$ zeroed first. The grader checks that no future pixel reaches a visible output, that rows do not mix, and the values; a convolution without the mask, or with the mask applied after it, leaks.
+
+**Exercise 41.2** (derive, ★★★). Without looking at this chapter's construction: on a score map where query $i$ scores 1 at the key $j$ that matches it and 0 elsewhere, build a single 1×3 kernel that moves the score to key $j + 1$ — where the value of an associative-recall pair sits. Show that it reads only visible pixels when $j + 1 \\le i$, and say what happens at $j + 1 = i + 1$.
+
+**Exercise 41.3** (experiment, ★★). *Predict first:* the sign of $\\Delta P$ (does the model gain from context beyond its training length?) for `kerple_log`, `dape:kerple_log` and `cdape:kerple_log`. Measure it with `delta_p` on this chapter's trained models at 2× and 4× and compare with your prediction.""",
+"""from lengthx.exercises import check
+
+def causal_key_conv(x, weight, bias):
+    "Exercise 41.1: tril the score map, then a 1×k convolution along keys — replace this stub."
+    raise NotImplementedError
+
+check("41.1", causal_key_conv)""")
+
+EX["53_evaluate"] = ("""**Exercise 53.1** (implement, ★, autograded). Write `last_k_windows(n_tokens, length, k, n_windows)` returning the `(start, scored_from)` windows of the last-k protocol: `n_windows` starts spaced evenly from 0 to `n_tokens − length − 1` (rounded), each scoring its last $\\min(k, \\text{length})$ targets. The grader checks that every window and its targets fit in the stream, the number scored, and the windows themselves.
+
+**Exercise 53.2** (derive, ★★). For a stream of $n$ tokens and window length $L$, count the tokens each protocol scores and the context each scored token has: nonoverlap (mean context $(L-1)/2$), sliding with stride $s$ (at least $L - s$ after the first window), last-k (at least $L - k$). Which protocol's perplexity is lowest for the same model, and by which argument? Why do the protocols disagree most beyond the training length?
+
+**Exercise 53.3** (experiment, ★★). *Predict first:* how do the three protocols rank NoPE, learned APE and sinusoidal at 2× and 4× the training length, and does the ranking of the *PEs* change with the protocol? Run `perplexity(model, tokens, L, protocol=...)` for this chapter's models and explain any change of order.""",
+"""from lengthx.exercises import check
+
+def last_k_windows(n_tokens, length, k=256, n_windows=16):
+    "Exercise 53.1: evenly spaced (start, scored_from) windows — replace this stub."
+    raise NotImplementedError
+
+check("53.1", last_k_windows)""")
+
+EX["60_che"] = ("""**Exercise 60.1** (implement, ★, autograded). Write `solve_modular_arithmetic(ids)`, the reference solver of the `modular_arithmetic` task: ids 0–4 are digits, 5 is `+`, 6 is `−`, 7 is `*`; return the value mod 5 with the usual precedence. The grader checks hand cases (precedence, left-to-right subtraction), the output range, and agreement with the task's own targets on random inputs.
+
+**Exercise 60.2** (derive, ★★). Give a two-state automaton for `parity_check` and a one-stack machine for `reverse_string`; argue (pumping lemma) why reversal needs the stack and why `duplicate_string` needs more than one. Then consider a NoPE encoder whose attention is uniform: it can compute the fraction of `b`s. Show that parity is not a function of that fraction that one fixed MLP can compute for all lengths. What does that predict for NoPE on parity beyond length 40?
+
+**Exercise 60.3** (experiment, ★★★). *Predict first:* on which tasks do randomized positions (`che_spec(pe, randomized=True)`) help at test lengths 41 to 500, and on which are all PEs at chance anyway? Run `run_che_grid` for three tasks of your choice with two PEs, with and without randomization, and explain the result with the task's level in the hierarchy.""",
+"""from lengthx.exercises import check
+
+def solve_modular_arithmetic(ids):
+    "Exercise 60.1: the value mod 5 of n op n op … n (ids 0–4 digits, 5 +, 6 −, 7 *) — replace this stub."
+    raise NotImplementedError
+
+check("60.1", solve_modular_arithmetic)""")
+
+EX["61_recall_arithmetic"] = ("""**Exercise 61.1** (implement, ★, autograded). Write `mqar_targets(seq, n_keys)`: the next-token targets of multi-query associative recall for one input sequence — at a position holding a key already seen (a query), the value that followed the key's first occurrence; −100 everywhere else, including the first occurrence of each key. The grader checks a hand example and agreement with `Recall.sample` on random layouts.
+
+**Exercise 61.2** (derive, ★★). Show that one causal attention layer with no positional information cannot solve recall by itself: the query can find the matching key by content, but the answer is the token *after* it. Describe a two-layer construction (an induction head): what does the first layer write into each value token, and what does the second layer's query match? Which part of the construction needs position — and how does chapter 41's convolution replace it?
+
+**Exercise 61.3** (experiment, ★★). *Predict first:* recall accuracy at 1×, 2× and 4× the training length for `nope`, `rope`, `alibi` and `cdape:nope`. Run `recall_experiment` (QUICK settings) and explain each PE's curve with your answer to 61.2.""",
+"""from lengthx.exercises import check
+
+def mqar_targets(seq, n_keys):
+    "Exercise 61.1: the stored value at each repeated key, −100 elsewhere — replace this stub."
+    raise NotImplementedError
+
+check("61.1", mqar_targets)""")
+
+
+def cell(kind: str, src: str, key: str) -> dict:
+    c = {"cell_type": kind, "id": hashlib.sha1(f"exercises:{key}:{kind}".encode()).hexdigest()[:8], "metadata": {},
+         "source": src.splitlines(keepends=True)}
+    if kind == "code": c.update(execution_count=None, outputs=[])
+    return c
+
+
+def append(stem: str, nbs: Path) -> None:
+    p = nbs / f"{stem}.ipynb"
+    nb = json.loads(p.read_text())
+    cells = nb["cells"]
+    start = next((i for i, c in enumerate(cells) if "".join(c["source"]).startswith("## Exercises")), len(cells))
+    md, code = EX[stem]
+    nb["cells"] = cells[:start] + [cell("markdown", "## Exercises\n\n" + INTRO + md, stem), cell("code", code, stem)]
+    p.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+
+
+def run_section(stem: str, nbs: Path) -> None:
+    "Execute the section's code cells in a fresh shell and store their outputs."
+    from execnb.shell import CaptureShell
+    p = nbs / f"{stem}.ipynb"
+    nb = json.loads(p.read_text())
+    start = next(i for i, c in enumerate(nb["cells"]) if "".join(c["source"]).startswith("## Exercises"))
+    for c in nb["cells"][start:]:
+        if c["cell_type"] == "code": c["outputs"] = [dict(o) for o in CaptureShell().run("".join(c["source"]))]
+    p.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    for stem in (sys.argv[1:] or EX):
+        append(stem, NBS)
+        run_section(stem, NBS)
+        print("exercises appended and run:", stem)
