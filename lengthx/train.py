@@ -628,7 +628,7 @@ class _Distributed:
             import torch.distributed as dist
             dist.barrier()
 
-# %% ../nbs/52_train.ipynb #7a39d378
+# %% ../nbs/52_train.ipynb #e963c855
 def _read_metrics(path: Path, upto: int) -> list[dict]:
     "The records of steps 1..upto, one per step (a torn last line or a repeated step is dropped)."
     if not path.exists(): return []
@@ -876,7 +876,7 @@ def _loop(model, opt, scaler, model_cfg, cfg, tokens, run_dir, progress, val_tok
     model.eval()
     return model, history
 
-# %% ../nbs/52_train.ipynb #3836ec92
+# %% ../nbs/52_train.ipynb #aa313e8a
 def _is_lengthx_checkout(top: Path) -> bool:
     "True when `top` holds lengthx's own nbdev settings (`lib_name = lengthx` in settings.ini)."
     ini = configparser.ConfigParser()
