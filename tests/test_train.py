@@ -459,24 +459,28 @@ def test_divergence_names_step_pe_and_last_good_checkpoint(tmp_path, monkeypatch
         monkeypatch.setattr(GPT, "forward", nan_at(3)); train(MODEL, cfg(), tokens=TOKENS, progress=False)
 
 
-def test_package_provenance_only_from_lengthx_own_checkout(tmp_path):
+def test_package_provenance_only_from_lengthx_own_checkout(tmp_path, monkeypatch):
+    import shutil
     import lengthx
     p = T.package_provenance()
     assert set(p) == {"lengthx", "source_sha256", "git_sha", "git_dirty"} and p["lengthx"] == lengthx.__version__
     assert len(p["source_sha256"]) == 64
-    # a copy of the package inside a user's own git repository: no git fields, and an edit changes the source hash
-    repo = tmp_path / "userrepo"
-    shutil = __import__("shutil")
-    shutil.copytree(Path(lengthx.__file__).parent, repo / "lengthx", ignore=shutil.ignore_patterns("__pycache__"))
-    (repo / "settings.ini").write_text("[DEFAULT]\nlib_name = myproject\n")
-    env = {**os.environ, "PYTHONPATH": str(repo), "GIT_CONFIG_GLOBAL": os.devnull}
-    for cmd in (["init", "-q"], ["add", "."], ["-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "x"]):
-        subprocess.run(["git", *cmd], cwd=repo, check=True, env=env, capture_output=True)
-    code = "import json, lengthx.train as t; print(json.dumps(t.package_provenance()))"
-    q = json.loads(subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, check=True).stdout)
-    assert q["git_sha"] is None and q["git_dirty"] is None and q["source_sha256"] == p["source_sha256"]
-    with open(repo / "lengthx" / "train.py", "a") as f: f.write("\n# patched\n")
-    r = json.loads(subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, check=True).stdout)
-    assert r["source_sha256"] != p["source_sha256"]
     if (Path(lengthx.__file__).parent.parent / "settings.ini").exists() and p["git_sha"] is not None:
         assert len(p["git_sha"]) == 40 and isinstance(p["git_dirty"], bool)
+    # the same package inside a user's own git repository: no git fields; an edit changes the source hash
+    repo = tmp_path / "userrepo"
+    shutil.copytree(Path(lengthx.__file__).parent, repo / "lengthx", ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "settings.ini").write_text("[DEFAULT]\nlib_name = myproject\n")
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull}
+    for cmd in (["init", "-q"], ["add", "."], ["-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "x"]):
+        subprocess.run(["git", *cmd], cwd=repo, check=True, env=env, capture_output=True)
+    monkeypatch.setattr(lengthx, "__file__", str(repo / "lengthx" / "__init__.py"))
+    q = T.package_provenance()
+    assert q["git_sha"] is None and q["git_dirty"] is None and q["source_sha256"] == p["source_sha256"]
+    with open(repo / "lengthx" / "train.py", "a") as f: f.write("\n# patched\n")
+    assert T.package_provenance()["source_sha256"] != p["source_sha256"]
+    # ... and a copy that *is* lengthx's checkout (settings.ini says so) records its commit and dirtiness
+    (repo / "settings.ini").write_text("[DEFAULT]\nlib_name = lengthx\n")
+    r = T.package_provenance()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    assert r["git_sha"] == head and r["git_dirty"] is True
