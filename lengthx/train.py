@@ -628,7 +628,7 @@ class _Distributed:
             import torch.distributed as dist
             dist.barrier()
 
-# %% ../nbs/52_train.ipynb #e963c855
+# %% ../nbs/52_train.ipynb #7f8357b7
 def _read_metrics(path: Path, upto: int) -> list[dict]:
     "The records of steps 1..upto, one per step (a torn last line or a repeated step is dropped)."
     if not path.exists(): return []
@@ -756,8 +756,12 @@ def _train(model_cfg, cfg, tokens, run_dir, progress, val_tokens, stop_after, ca
                     else: schedule.append([start, cfg.steps])
                     say(f"steps {old} -> {cfg.steps}: from step {start} the learning rate follows a cosine from "
                         f"{lr_at(start, cfg, schedule):.3g} to min_lr {cfg.min_lr:.3g} at step {cfg.steps}")
-                say(f"resuming from step {start} of {cfg.steps} in {str(run_dir)!r}")
-            history = _read_metrics(run_dir / METRICS, start)
+            records = _read_metrics(run_dir / METRICS, 2**62)
+            history = [r for r in records if r["step"] <= start]
+            if len(records) > len(history):
+                say(f"the metrics of steps {start + 1}..{records[-1]['step']} were not covered by a checkpoint; "
+                    "they are recomputed")
+            if state is not None: say(f"resuming from step {start} of {cfg.steps} in {str(run_dir)!r}")
             dd.barrier()                                  # every rank has read before rank 0 rewrites
             if writes: atomic_write_bytes(run_dir / METRICS, "".join(json.dumps(r) + "\n" for r in history).encode())
         try:

@@ -484,3 +484,16 @@ def test_package_provenance_only_from_lengthx_own_checkout(tmp_path, monkeypatch
     r = T.package_provenance()
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
     assert r["git_sha"] == head and r["git_dirty"] is True
+
+
+def test_metrics_past_the_checkpoint_are_recomputed_with_a_message(reference, tmp_path):
+    run = tmp_path / "run"
+    train(MODEL, cfg(), tokens=TOKENS, run_dir=run, progress=False, stop_after=12)
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    fake = [json.dumps({**json.loads(lines[-1]), "step": s, "loss": 99.0}) for s in (13, 14)]   # records of a killed run
+    (run / "metrics.jsonl").write_text("\n".join(lines + fake) + '\n{"step": 15, "lo')            # and a torn last line
+    msgs = []
+    _, h = train(MODEL, cfg(), tokens=TOKENS, run_dir=run, progress=False, log=msgs.append)
+    assert "the metrics of steps 13..14 were not covered by a checkpoint; they are recomputed" in msgs
+    assert losses(h) == losses(reference[1])
+    assert [json.loads(l)["loss"] for l in (run / "metrics.jsonl").read_text().splitlines()] == losses(reference[1])
