@@ -1,14 +1,17 @@
 """lengthx.data: stdlib corpus splits, tokenizers, the on-disk token cache, batches."""
 import hashlib
+import os
 import platform
 import shutil
+import warnings
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import pytest
 import torch
 
-from lengthx.data import (SPLITS, BPETokenizer, ByteTokenizer, batch_at, corpus_info, corpus_tokens, encode_corpus,
-                          get_batch, split_of, stdlib_corpus, stdlib_files, stdlib_root, text_file_corpus)
+from lengthx.data import (SPLITS, BPETokenizer, ByteTokenizer, DataWarning, batch_at, corpus_info, corpus_tokens,
+                          decode_utf8, default_cache_dir, encode_corpus, get_batch, read_token_cache, split_of,
+                          stdlib_corpus, stdlib_files, stdlib_root, text_file_corpus)
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +133,81 @@ def test_corrupt_cache_entry_is_rebuilt(small_root, tmp_path):
     a = corpus_tokens("test", root=small_root, cache_dir=tmp_path)
     (entry,) = tmp_path.glob("*.safetensors")
     entry.write_bytes(b"garbage")
-    assert torch.equal(corpus_tokens("test", root=small_root, cache_dir=tmp_path), a)
+    with pytest.warns(DataWarning, match="failed its check .*not a readable safetensors file.*rebuilding it"):
+        assert torch.equal(corpus_tokens("test", root=small_root, cache_dir=tmp_path), a)
+
+
+def flip_token_bytes(entry, n=2000):
+    "Flip `n` bytes inside the token array (the tail of the file): the file still parses."
+    data = bytearray(entry.read_bytes())
+    for i in range(len(data) - n, len(data)): data[i] ^= 0x01
+    entry.write_bytes(bytes(data))
+
+
+def test_cache_checksum_catches_flipped_tokens(small_root, tmp_path):
+    a = corpus_tokens("train", root=small_root, cache_dir=tmp_path)
+    (entry,) = tmp_path.glob("*.safetensors")
+    assert torch.equal(read_token_cache(entry), a)
+    flip_token_bytes(entry)
+    from safetensors.torch import load
+    assert not torch.equal(load(entry.read_bytes())["tokens"].long(), a)     # parses, but the tokens are wrong
+    with pytest.raises(ValueError, match="SHA-256 does not match"): read_token_cache(entry)
+    with pytest.warns(DataWarning, match="SHA-256 does not match the tokens\\); rebuilding it"):
+        b = corpus_tokens("train", root=small_root, cache_dir=tmp_path)
+    assert torch.equal(a, b) and torch.equal(read_token_cache(entry), a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                                      # a good entry is read silently
+        corpus_tokens("train", root=small_root, cache_dir=tmp_path)
+    # an entry written before checksums existed is rebuilt too
+    from safetensors.torch import save
+    entry.write_bytes(save({"tokens": a.to(torch.uint8)}))
+    with pytest.warns(DataWarning, match="no lengthx-tokens/2 checksum"):
+        corpus_tokens("train", root=small_root, cache_dir=tmp_path)
+
+
+def test_cache_that_cannot_be_written_is_a_warning_not_a_failure(small_root, tmp_path, monkeypatch):
+    import errno
+    import lengthx.data as D
+    def full(path, data): raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(D, "atomic_write_bytes", full)
+    with pytest.warns(DataWarning, match="could not write the token cache .*No space left on device.*continuing without it"):
+        t = corpus_tokens("test", root=small_root, cache_dir=tmp_path)
+    assert t.numel() > 0 and not list(tmp_path.iterdir())
+
+
+def test_cache_dir_that_is_a_file_is_a_one_line_error(small_root, tmp_path, monkeypatch):
+    f = tmp_path / "afile"; f.write_text("x")
+    monkeypatch.setenv("LENGTHX_CACHE", str(f))
+    with pytest.raises(ValueError, match=rf"^LENGTHX_CACHE '{f}' is not a directory \('{f}' is a file\); point it at a directory"):
+        corpus_tokens("test", root=small_root)
+    monkeypatch.setenv("LENGTHX_CACHE", str(f / "sub"))
+    with pytest.raises(ValueError, match="is not a directory"): default_cache_dir()
+    with pytest.raises(ValueError, match="cache_dir .* is not a directory"): corpus_tokens("test", root=small_root, cache_dir=f)
+
+
+def test_nul_inside_a_document_is_refused_not_read_as_end_of_text():
+    tok = ByteTokenizer()
+    with pytest.raises(ValueError, match=r"^document 1 contains a NUL byte \(at byte 3\), which ByteTokenizer reserves as its end-of-text token"):
+        tok.encode_documents(["fine", "abc\x00def"])
+    with pytest.raises(ValueError, match="NUL"): encode_corpus(["\x00"])
+    assert tok.encode("a\x00b") == [97, 0, 98]          # plain encode stays lossless; only documents are checked
+
+
+def test_invalid_utf8_is_counted_and_reported(tmp_path):
+    assert decode_utf8("ok \ufffd".encode()) == ("ok \ufffd", 0)          # a real U+FFFD is not a replacement
+    text, n = decode_utf8(b"a\xffb\xc3(c")
+    assert n == 2 and text == "a\ufffdb\ufffd(c"
+    (tmp_path / "a.txt").write_bytes(b"caf\xe9\n")              # Latin-1, not UTF-8
+    (tmp_path / "b.txt").write_text("fine\n")
+    with pytest.warns(DataWarning, match=r"^1 invalid UTF-8 sequences in 1 file\(s\) \(first: '.*a\.txt'\) were replaced by U\+FFFD"):
+        docs = text_file_corpus(tmp_path)
+    assert docs == ["caf\ufffd\n", "fine\n"]
+    with pytest.raises(ValueError, match=r"a\.txt' is not valid UTF-8 \(byte 3: b'\\xe9\\n'\); fix the file or pass errors='replace'"):
+        text_file_corpus(tmp_path, errors="strict")
+    with pytest.raises(ValueError, match="errors must be"): text_file_corpus(tmp_path, errors="ignore")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert text_file_corpus(tmp_path / "b.txt") == ["fine\n"]             # valid text: no warning
 
 
 def test_cache_dir_from_environment(small_root, tmp_path, monkeypatch):
@@ -189,3 +266,6 @@ def test_bpe_missing_package_gives_clear_error_or_trains():
     assert len(tok.encode(docs[0])) < len(docs[0].encode())  # merges shorten the sequence
     t = tok.encode_documents(docs[:3])
     assert int((t == tok.eot_id).sum()) == 2 and len(tok.sep_ids) == 2
+    assert tok.encode("<|endoftext|>") == [tok.eot_id]           # the collision a document could cause
+    with pytest.raises(ValueError, match="document 1 contains the literal text '<\\|endoftext\\|>'"):
+        tok.encode_documents(["a", "x <|endoftext|> y"])
