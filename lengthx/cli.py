@@ -31,7 +31,7 @@ __all__ = ['MODEL_PRESETS', 'PROTOCOLS', 'ATTN_PATHS', 'SPLITS', 'PROTOCOL', 'BU
            'pe_help_text', 'main', 'options_markdown']
 
 # %% ../nbs/54_cli.ipynb #da544abd
-MODEL_PRESETS = ("tiny", "small", "gpt2-125m")      # the names of lengthx.model.PRESETS (a test keeps them equal)
+MODEL_PRESETS = ("tiny", "small", "gpt2-small", "gpt2-125m")      # the names of lengthx.model.PRESETS (a test keeps them equal)
 PROTOCOLS = ("last_k", "nonoverlap", "sliding")     # lengthx.evaluate.PROTOCOLS
 ATTN_PATHS = ("naive", "sdpa", "flex", "chunked")   # lengthx.attention.PATHS
 SPLITS = ("train", "validation", "test")
@@ -286,18 +286,17 @@ def _checkpoint_step(run_dir: Path) -> Optional[int]:
 
 
 def train_run(mcfg, tcfg, run_dir: Path, *, tokens=None, progress: bool = True, prog: str = "lengthx train"):
-    "`lengthx.train.train` in `run_dir`, saying when it resumes; returns (model, history)."
+    "`lengthx.train.train` in `run_dir`; its messages (resuming from step N, skipped checkpoints) carry `prog`."
     global _RUN_DIR
     from lengthx.train import train
     from tqdm import tqdm
-    step, said = _checkpoint_step(run_dir), []
+    step = _checkpoint_step(run_dir)
 
-    def first_step(rec):            # said once training has really resumed (after the run's identity was checked)
-        if step and not said: said.append(tqdm.write(f"{prog}: resuming from step {step} in {run_dir}", file=sys.stderr))
+    def log(msg: str) -> None: tqdm.write(f"{prog}: {msg}", file=sys.stderr)
 
     _RUN_DIR = Path(run_dir)
-    model, hist = train(mcfg, tcfg, tokens=tokens, run_dir=run_dir, progress=progress, callback=first_step)
-    if step and not said: _say(f"{prog}: {run_dir} already holds the finished run (step {step}); nothing to train")
+    model, hist = train(mcfg, tcfg, tokens=tokens, run_dir=run_dir, progress=progress, log=log)
+    if step is not None and step >= tcfg.steps: log(f"{run_dir} already holds the finished run (step {step}); nothing to train")
     return model, hist
 
 
@@ -833,6 +832,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("LENGTHX_DEBUG") == "1"
     prog, _RUN_DIR = "lengthx", None
+    import warnings                                  # a library warning (e.g. a rebuilt token cache) is one line too
+    warnings.formatwarning = lambda message, category, *rest, **kw: f"lengthx: warning: {_one_line(message)}\n"
     try:
         a = build_parser().parse_args(argv)
         if a.help_pe:

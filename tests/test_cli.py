@@ -109,7 +109,7 @@ def test_help_pe(capsys):
     assert main(["--help-pe", "yarn"]) == 0
     assert "yarn" in capsys.readouterr().out
     assert main(["--help-pe", "yarnn"]) == 2
-    assert one_error_line(capsys.readouterr().err) .startswith("lengthx: error: unknown PE family 'yarnn'")
+    assert one_error_line(capsys.readouterr().err) .startswith("lengthx: error: unknown positional encoding 'yarnn'. Did you mean 'yarn'")
 
 
 # --- every bad input: one line, exit 2, before any work ------------------------------------------------------
@@ -127,11 +127,11 @@ BAD = [
     (["sweep", "--pes", ","], "lengthx sweep: error: --pes: expected 'default', 'all' or a comma list"),
     (["sweep", "--preset", "quick"], "lengthx sweep: error: --preset: invalid choice: 'quick'"),
     (["train", "--device", "gpu0", "--out", "X"], "lengthx train: error: --device must be auto, cpu, cuda, cuda:N or mps (got 'gpu0')"),
-    (["train", "--pe", "rope:pi=abc", "--out", "X"], "lengthx train: error: PE spec 'rope:pi=abc'"),
-    (["train", "--pe", "t5:num_buckets=-3", "--out", "X"], "lengthx train: error: PE spec 't5:num_buckets=-3'"),
-    (["train", "--pe", "fire:width=-2", "--out", "X"], "lengthx train: error: PE spec 'fire:width=-2'"),
-    (["train", "--pe", "t5:max_distance=0", "--out", "X"], "lengthx train: error: PE spec 't5:max_distance=0'"),
-    (["train", "--pe", "alibi:scale=nan", "--out", "X"], "lengthx train: error: PE spec 'alibi:scale=nan' gives non-finite"),
+    (["train", "--pe", "rope:pi=abc", "--out", "X"], "lengthx train: error: bad PE spec 'rope:pi=abc': rope option 'pi' must be a float"),
+    (["train", "--pe", "t5:num_buckets=-3", "--out", "X"], "lengthx train: error: bad PE spec 't5:num_buckets=-3': t5 option 'num_buckets' must be an integer >= 2"),
+    (["train", "--pe", "fire:width=-2", "--out", "X"], "lengthx train: error: bad PE spec 'fire:width=-2': fire option 'width' must be an integer >= 1"),
+    (["train", "--pe", "t5:max_distance=0", "--out", "X"], "lengthx train: error: bad PE spec 't5:max_distance=0': t5 option 'max_distance' must be an integer >= 1"),
+    (["train", "--pe", "alibi:scale=nan", "--out", "X"], "lengthx train: error: bad PE spec 'alibi:scale=nan': alibi option 'scale' must be a finite float"),
     (["train", "--pe", "alibii", "--out", "X"], "unknown positional encoding 'alibii'"),
     (["train", "--lr", "nan", "--out", "X"], "lengthx train: error: --lr must be a finite number > 0 (got nan)"),
     (["train"], "lengthx train: error: --out DIR is required"),
@@ -232,7 +232,7 @@ def test_resuming_says_from_which_step(tmp_path, capsys):
     capsys.readouterr()
     assert main(["train", "--pe", "nope", "--train-len", "16", "--steps", "6", "--batch-size", "2", "--quiet",
                  "--out", str(run)]) == 0
-    assert f"lengthx train: resuming from step 3 in {run}" in capsys.readouterr().err.splitlines()
+    assert f"lengthx train: resuming from step 3 of 6 in '{run}'" in capsys.readouterr().err.splitlines()
     assert json.loads((run / "checkpoint.json").read_text())["step"] == 6
 
 
