@@ -105,13 +105,19 @@ def stream_text(cell: dict) -> str:
     return "\n".join(out)
 
 
-def apply_directives(cells: list[dict], badge: str) -> list[dict]:
+def unlink(source: str, missing: list[str]) -> str:
+    "Markdown links to pages left out of the build become plain text (only with --allow-missing)."
+    for m in missing: source = re.sub(r"(?<!!)\[([^\]]*)\]\(" + re.escape(m) + r"(#[^)]*)?\)", r"\1", source)
+    return source
+
+
+def apply_directives(cells: list[dict], badge: str, missing: list[str] = ()) -> list[dict]:
     "The cells a reader sees, with nbdev's directives applied and the Colab badge served locally."
     out = []
     for cell in cells:
         source = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
-            source = source.replace(COLAB_BADGE, badge)
+            source = unlink(source.replace(COLAB_BADGE, badge), missing)
             if REMOTE_IMG.search(source):
                 raise SystemExit(f"a markdown cell loads an image from another host (vendor it under nbs/images/):\n{source[:300]}")
             out.append(dict(cell, source=source)); continue
@@ -209,7 +215,7 @@ def prepare(src: Path, nav, allow_missing: bool, cfg: dict[str, str]) -> list[st
     shutil.copy(STATIC / "colab-badge.svg", src / "images" / "_colab-badge.svg")
     for name in names:
         nb = json.loads((nbs / name).read_text(encoding="utf-8"))
-        nb["cells"] = apply_directives(nb["cells"], "images/_colab-badge.svg")
+        nb["cells"] = apply_directives(nb["cells"], "images/_colab-badge.svg", missing)
         if name == "index.ipynb": nb["cells"].append(md_cell(toctrees(nav)))
         nb.setdefault("metadata", {})["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
         (src / name).write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
