@@ -233,10 +233,14 @@ def build(out: Path, allow_missing: bool = False, strict: bool = True) -> int:
         src = Path(tmp) / "src"
         src.mkdir()
         prepare(src, nav, allow_missing, cfg)
-        if out.exists(): shutil.rmtree(out)
-        args = ["-b", "html", "-q", "-d", str(Path(tmp) / "doctrees"), str(src), str(out)]
+        html = Path(tmp) / "html"                         # myst-nb writes beside the output folder: keep it all in tmp
+        args = ["-b", "html", "-q", "-d", str(Path(tmp) / "doctrees"), str(src), str(html)]
         if strict: args[:0] = ["-W", "--keep-going"]
-        return build_main(args)
+        rc = build_main(args)
+        if rc == 0:
+            if out.exists(): shutil.rmtree(out)
+            shutil.copytree(html, out, ignore=shutil.ignore_patterns("_sources", ".buildinfo", ".doctrees"))
+        return rc
 
 
 def main(argv: list[str] | None = None) -> int:
