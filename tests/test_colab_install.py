@@ -3,8 +3,9 @@ into a fresh venv, and the chapter's first cells then run there against the inst
 
 The command under test is the one in the notebook, parsed out of the cell: only the `git+<git_url>@<branch>`
 argument is replaced by `git+file://<clone>`. Colab is simulated by a `google.colab` module in
-`sys.modules`; without it the same cell must install nothing. torch==2.13.0 goes into the venv first
-(a local wheel where pip has one), so resolving the package's `torch` requirement downloads nothing big.
+`sys.modules`; without it the same cell must install nothing. The venv first gets what a Colab runtime
+already has (torch==2.13.0 from a local wheel where pip has one, numpy, matplotlib, tqdm), so the cell's
+command resolves the rest of the requirements itself and downloads nothing big.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 NBS = ROOT / "nbs"
 CHAPTER = "21_kerple.ipynb"
-BUDGET_S = 240                      # the whole install test, on 2 busy cores; typically well under it
+BUDGET_S = 300                      # the whole install test; measured 150-205 s on 2 cores shared with other jobs
 FAKE_COLAB = "import sys, types\nsys.modules['google.colab'] = types.ModuleType('google.colab')\n"
 
 
@@ -93,7 +94,8 @@ def test_colab_install_cell_installs_the_package_and_the_chapter_starts(tmp_path
     run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(clone)], tmp_path, env, left())
     run([sys.executable, "-m", "venv", str(venv)], tmp_path, env, left())
     py = str(venv / "bin" / "python")
-    run([py, "-m", "pip", "install", "-q", "torch==2.13.0"], work, env, left())
+    # what a Colab runtime already has (torch, numpy, matplotlib, tqdm); --no-compile: setup time only
+    run([py, "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0", "numpy", "matplotlib", "tqdm"], work, env, left())
 
     nb = clone / "nbs" / CHAPTER                           # the committed chapter, as Colab would open it
     c = cfg()
@@ -102,17 +104,27 @@ def test_colab_install_cell_installs_the_package_and_the_chapter_starts(tmp_path
     assert url in cell_src
     head = [s if s != cell_src else s.replace(url, f"git+file://{clone}") for s in first_cells(nb)]
     assert any("git+file://" in s for s in head), "the install cell is not among the chapter's first cells"
-    program = "\n\n".join(head)
-    check = f"\n\nimport lengthx\nassert lengthx.__file__.startswith({str(venv)!r}), lengthx.__file__\n" \
-            "from lengthx.attention import build_pe\n" \
-            "pe = build_pe('kerple_log', n_heads=2, head_dim=8, max_len=16)\n" \
-            "print('CHAPTER STARTED', type(pe).__name__, lengthx.__file__)\n"
+    check = (f"import lengthx\nassert lengthx.__file__.startswith({str(venv)!r}), lengthx.__file__\n"
+             "from lengthx.attention import build_pe\n"
+             "pe = build_pe('kerple_log', n_heads=2, head_dim=8, max_len=16)\n"
+             "print('CHAPTER STARTED', type(pe).__name__, lengthx.__file__)")
+    (work / "off.json").write_text(json.dumps(head))
+    (work / "on.json").write_text(json.dumps([FAKE_COLAB] + head + [check]))
+    (work / "cells.py").write_text(RUNNER)
 
     # off Colab the cell installs nothing, so the chapter's imports fail in this bare venv
-    off = subprocess.run([py, "-c", program], cwd=work, env=env, capture_output=True, text=True, timeout=max(left(), 1))
+    off = subprocess.run([py, "cells.py", "off.json"], cwd=work, env=env, capture_output=True, text=True, timeout=max(left(), 1))
     assert off.returncode != 0 and "No module named 'lengthx'" in off.stderr, off.stderr[-2000:]
 
     # on (simulated) Colab the same cells install the package from the clone and the chapter starts
-    on = run([py, "-c", FAKE_COLAB + program + check], work, env, left())
+    on = run([py, "cells.py", "on.json"], work, env, left())
     assert "CHAPTER STARTED" in on.stdout, on.stdout[-2000:]
     assert left() > 0, f"the install test took {BUDGET_S - left():.0f} s, over its {BUDGET_S} s budget"
+
+
+# runs cells one by one in one namespace, as a notebook kernel does (each cell compiled on its own)
+RUNNER = """import json, sys
+ns = {"__name__": "__main__"}
+for i, cell in enumerate(json.load(open(sys.argv[1]))):
+    exec(compile(cell, f"<cell {i}>", "exec"), ns)
+"""
