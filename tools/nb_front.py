@@ -9,7 +9,8 @@ Two mechanical rules, safe to re-run after any notebook edit (run `nbdev_clean` 
    (plus the exported cells) in a fresh kernel, so a cell that imports *and* uses a name from an
    earlier, unexecuted cell stops it with a NameError. The top-level imports of such a cell (and a
    top-level `try:` block that guards an optional import) move into a new cell just before it, with
-   the same visibility directives (`#| hide`, `#| echo: false`, ...). Exported cells are left alone:
+   `#| hide` when the cell it came from is not shown (`hide`, `echo: false`, `include: false`).
+   Exported cells are left alone:
    nbdev executes them anyway and `nbdev_export` must keep producing the same modules.
 2. The Colab header. The first markdown cell ends with an "Open in Colab" badge that opens this very
    notebook in the repository named by settings.ini's `git_url` (branch `branch`), and the chapter's
@@ -27,7 +28,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NBS = ROOT / "nbs"
 EXPORT_DIRS = {"export", "exporti", "exports"}
-KEEP_DIRS = {"hide", "echo", "output", "include", "eval"}  # directives an import-only cell inherits
 BADGE_IMG = "https://colab.research.google.com/assets/colab-badge.svg"
 BADGE_RE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)")
 INSTALL_IMPORTS = "#| hide\nimport subprocess, sys"
@@ -111,6 +111,13 @@ def _nested_imports(tree: ast.Module, lines: list[str]) -> list[ast.stmt]:
     return out
 
 
+def import_directives(source: str) -> list[str]:
+    "Directives for the import-only cell: hidden when the code it came from is not shown (nothing to see), and `eval: false` kept."
+    d = {re.sub(r"\s+", "", x[2:]).lower() for x in directives(source)}
+    out = ["#| hide"] if d & {"hide", "echo:false", "include:false"} else []
+    return out + (["#| eval: false"] if "eval:false" in d else [])
+
+
 def split_imports(cell: dict, seed: str) -> list[dict]:
     "[cell] unchanged, or [import-only cell, rest of cell] when the cell mixes imports with other code."
     if cell["cell_type"] != "code": return [cell]
@@ -128,7 +135,7 @@ def split_imports(cell: dict, seed: str) -> list[dict]:
         for i in range(n.lineno - 1, n.end_lineno): taken[i] = lines[i]
     for n in nested:                                        # dedent a nested import to module level
         for i in range(n.lineno - 1, n.end_lineno): taken[i] = lines[i][n.col_offset:]
-    keep_dirs = [d for d in directives(source) if dir_names(d) & KEEP_DIRS]
+    keep_dirs = import_directives(source)
     imp_src = "\n".join(keep_dirs + [taken[i] for i in sorted(taken)])
     rest = list(lines)
     par = _parents(tree)
