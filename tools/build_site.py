@@ -208,7 +208,6 @@ def prepare(src: Path, nav, allow_missing: bool, cfg: dict[str, str]) -> list[st
     if "index.ipynb" not in names: raise SystemExit("_quarto.yml's sidebar must name index.ipynb (the home page)")
     static = src / "_site_static"
     shutil.copytree(STATIC, static)
-    if (nbs / "styles.css").exists(): shutil.copy(nbs / "styles.css", static / "styles.css")
     for d in ("images",):
         if (nbs / d).is_dir(): shutil.copytree(nbs / d, src / d)
     (src / "images").mkdir(exist_ok=True)
