@@ -9,6 +9,8 @@ licenses = {"apache2": ("Apache Software License 2.0", "OSI Approved :: Apache S
 lic = licenses[c["license"]]
 requirements = c.get("requirements", "").split()
 dev_requirements = c.get("dev_requirements", "").split()
+# every other `<extra>_requirements` key of settings.ini is an extra too (e.g. docs_requirements -> .[docs])
+extras = {k[: -len("_requirements")]: v.split() for k, v in c.items() if k.endswith("_requirements") and k != "dev_requirements"}
 py_versions = "3.10 3.11 3.12 3.13".split()
 min_python = c["min_python"]
 
@@ -28,7 +30,7 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["lengthx", "lengthx.*"]),
     include_package_data=True,
     install_requires=requirements,
-    extras_require={"dev": dev_requirements, "bpe": ["tokenizers"], "hf": ["datasets", "tokenizers"]},
+    extras_require={"dev": dev_requirements, "bpe": ["tokenizers"], "hf": ["datasets", "tokenizers"], **extras},
     python_requires=">=" + min_python,
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",

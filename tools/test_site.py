@@ -1,0 +1,206 @@
+"""Test the built site (`_docs/`) in a real headless Chromium, with every other host refused.
+
+    python tools/test_site.py                     # after python tools/build_site.py
+    python tools/test_site.py --screens DIR       # also save screenshots of the index and the KERPLE chapter
+    python tools/test_site.py --allow-missing     # while developing: sidebar pages with no notebook are skipped
+
+Serves the site on 127.0.0.1 from a thread, drives Debian's `chromium` through Playwright (from PyPI;
+its own browser download is not used), and checks per sidebar page: the page exists, no TeX is left
+untypeset once MathJax has finished, every image shows, no local request fails, no JavaScript error,
+nothing is asked of another host, the page links to every chapter. Then: searching "kerple" finds
+the KERPLE chapter; no generated HTML or CSS file loads a resource from another host; no notebook
+stores a PNG above 300 KiB. Prints "N passed, N failed" and exits 1 on any failure.
+"""
+from __future__ import annotations
+
+import argparse, base64, functools, html.parser, json, re, sys, threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from build_site import settings, sidebar  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+MAX_PNG = 300 * 1024
+# TeX a reader should never see: display/inline delimiters and common macros, outside code blocks
+TEX_LEFT = re.compile(r"\$\$|\\\(|\\\[|\\(frac|sqrt|sum|prod|begin|end|mathcal|mathbb|mathrm|top|cdot|left|right|alpha|theta|log)\b|\$[^\s$][^$\n]{0,80}?\$")
+
+
+class Results:
+    "Collects named checks; prints each failure as it happens."
+    def __init__(self): self.passed, self.failed = 0, []
+
+    def check(self, name: str, ok: bool, detail: str = "") -> None:
+        if ok: self.passed += 1
+        else:
+            self.failed.append(name)
+            print(f"FAIL {name}: {detail}", flush=True)
+
+
+class Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *a): pass
+
+
+def serve(site: Path) -> tuple[ThreadingHTTPServer, str]:
+    "Serve `site` on 127.0.0.1 (a free port) from a daemon thread."
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}"
+
+
+class Loads(html.parser.HTMLParser):
+    "The URLs an HTML page *loads* (scripts, styles, images, frames, media), not the ones it links to."
+    def __init__(self):
+        super().__init__(); self.urls = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag in ("script", "img", "iframe", "source", "video", "audio", "embed", "track") and a.get("src"): self.urls.append(a["src"])
+        if tag == "link" and a.get("href") and set((a.get("rel") or "").lower().split()) & {"stylesheet", "icon", "preload", "modulepreload", "manifest", "prefetch"}:
+            self.urls.append(a["href"])
+        if tag == "object" and a.get("data"): self.urls.append(a["data"])
+        if a.get("style") and re.search(r"url\(\s*['\"]?(https?:)?//", a["style"]): self.urls.append(a["style"])
+
+
+def is_remote(url: str) -> bool: return bool(re.match(r"\s*(https?:)?//", url, re.I))
+
+
+def static_checks(site: Path, r: Results) -> None:
+    "No generated page or stylesheet loads anything from another host."
+    bad = []
+    for f in sorted(site.rglob("*.html")):
+        p = Loads(); p.feed(f.read_text(encoding="utf-8", errors="replace"))
+        bad += [f"{f.relative_to(site)}: {u[:100]}" for u in p.urls if is_remote(u)]
+    for f in sorted(site.rglob("*.css")):
+        bad += [f"{f.relative_to(site)}: {m[:100]}" for m in re.findall(r"(?:url\(|@import\s+)['\"]?\s*(?:https?:)?//[^)'\"\s]*", f.read_text(errors="replace"))]
+    r.check("no HTML or CSS file loads a resource from another host", not bad, "; ".join(bad[:10]))
+
+
+def png_checks(r: Results) -> None:
+    "No notebook stores a PNG above 300 KiB (figures sized for a 1400-px page)."
+    for nb in sorted((ROOT / settings().get("nbs_path", "nbs")).glob("*.ipynb")):
+        big = []
+        for i, c in enumerate(json.loads(nb.read_text(encoding="utf-8"))["cells"]):
+            for o in c.get("outputs", []):
+                png = o.get("data", {}).get("image/png")
+                if png:
+                    n = len(base64.b64decode("".join(png) if isinstance(png, list) else png))
+                    if n > MAX_PNG: big.append(f"cell {i}: {n / 1024:.0f} KiB")
+        r.check(f"{nb.name}: no stored PNG above 300 KiB", not big, ", ".join(big))
+
+
+PAGE_JS = {
+    "mathjax_done": "async () => { if (!document.querySelector('.math')) return 'no math';"
+                    " for (let i = 0; i < 200 && !(window.MathJax && MathJax.startup && MathJax.startup.promise); i++)"
+                    "   await new Promise(r => setTimeout(r, 50));"
+                    " if (!(window.MathJax && MathJax.startup)) return 'MathJax did not load';"
+                    " await MathJax.startup.promise; return 'typeset'; }",
+    "untypeset": "() => Array.from(document.querySelectorAll('.math')).filter(e => !e.querySelector('mjx-container')).length",
+    "prose": "() => { const b = document.querySelector('main') || document.body; const c = b.cloneNode(true);"
+             " c.querySelectorAll('pre, code, script, style, mjx-container, .highlight').forEach(e => e.remove()); return c.innerText; }",
+    "eager": "() => { document.querySelectorAll('img').forEach(i => i.loading = 'eager'); }",
+    "broken_images": "async () => { const imgs = Array.from(document.images);"
+                     " await Promise.all(imgs.map(i => i.complete ? 0 : new Promise(r => { i.onload = i.onerror = r; setTimeout(r, 10000); })));"
+                     " return imgs.filter(i => !i.complete || i.naturalWidth === 0).map(i => i.getAttribute('src')); }",
+    "links": "() => Array.from(document.querySelectorAll('a[href]')).map(a => a.href.split('#')[0])",
+}
+
+
+def page_checks(browser, base: str, pages: list[str], r: Results, screens: Path | None) -> None:
+    "Per sidebar page: exists, math typeset, images shown, no failed local request, no JS error, no foreign host, links to every chapter."
+    host = urlsplit(base).netloc
+    expected = {f"{base}/{p}" for p in pages}
+    for p in pages:
+        ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+        foreign, failed, errors = [], [], []
+
+        def route(route, request):
+            u = urlsplit(request.url)
+            if u.scheme in ("data", "blob", "about") or u.netloc == host: route.continue_()
+            else: foreign.append(request.url); route.abort()
+        ctx.route("**/*", route)
+        page = ctx.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("requestfailed", lambda q: failed.append(f"{q.url} ({q.failure})") if urlsplit(q.url).netloc == host else None)
+        page.on("response", lambda s: failed.append(f"{s.url} (HTTP {s.status})") if s.status >= 400 and urlsplit(s.url).netloc == host else None)
+        resp = page.goto(f"{base}/{p}", wait_until="load")
+        ok = resp is not None and resp.status == 200
+        r.check(f"{p}: exists", ok, f"HTTP {resp.status if resp else 'no response'}")
+        if not ok: ctx.close(); continue
+        state = page.evaluate(PAGE_JS["mathjax_done"])
+        untypeset = page.evaluate(PAGE_JS["untypeset"])
+        tex = sorted({m.group(0)[:40] for m in TEX_LEFT.finditer(page.evaluate(PAGE_JS["prose"]))})
+        r.check(f"{p}: no TeX left untypeset", state != "MathJax did not load" and untypeset == 0 and not tex,
+                f"MathJax: {state}; {untypeset} math elements not typeset; raw TeX in text: {tex[:5]}")
+        page.evaluate(PAGE_JS["eager"])
+        broken = page.evaluate(PAGE_JS["broken_images"])
+        r.check(f"{p}: every image shows", not broken, f"{broken[:5]}")
+        page.wait_for_load_state("networkidle")
+        r.check(f"{p}: no local request fails", not failed, "; ".join(failed[:5]))
+        r.check(f"{p}: no JavaScript error", not errors, "; ".join(errors[:5]))
+        r.check(f"{p}: nothing asked of another host", not foreign, "; ".join(foreign[:5]))
+        links = set(page.evaluate(PAGE_JS["links"]))
+        missing = sorted(u.rsplit("/", 1)[1] for u in expected - links - {f"{base}/{p}"})
+        r.check(f"{p}: links to every chapter", not missing, f"no link to {missing}")
+        if screens and p in ("index.html", "21_kerple.html"):
+            screens.mkdir(parents=True, exist_ok=True)
+            page.evaluate("window.scrollTo(0, 0)")
+            page.screenshot(path=str(screens / ("index.png" if p == "index.html" else "kerple.png")))
+        ctx.close()
+
+
+def search_check(browser, base: str, r: Results) -> None:
+    "Sphinx's own search index, offline: 'kerple' finds the KERPLE chapter."
+    host = urlsplit(base).netloc
+    ctx = browser.new_context()
+    ctx.route("**/*", lambda route, q: route.continue_() if urlsplit(q.url).netloc == host else route.abort())
+    page = ctx.new_page()
+    page.goto(f"{base}/search.html?q=kerple", wait_until="load")
+    try:
+        page.wait_for_function("() => Array.from(document.querySelectorAll('#search-results a')).some(a => a.href.includes('21_kerple.html'))", timeout=20000)
+        ok, detail = True, ""
+    except Exception as e:  # playwright's TimeoutError
+        ok, detail = False, f"no result links to 21_kerple.html ({type(e).__name__}); results: {page.inner_text('#search-results')[:200] if page.query_selector('#search-results') else 'none'}"
+    r.check("search 'kerple' finds the KERPLE chapter", ok, detail)
+    ctx.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--site", type=Path, default=ROOT / settings().get("doc_path", "_docs"))
+    ap.add_argument("--screens", type=Path, default=None, help="save index.png and kerple.png here")
+    ap.add_argument("--allow-missing", action="store_true", help="skip sidebar pages whose notebook does not exist")
+    a = ap.parse_args(argv)
+    r = Results()
+    nbs = ROOT / settings().get("nbs_path", "nbs")
+    names = [p for _, pages in sidebar() for p in pages]
+    missing = [p for p in names if not (nbs / p).exists()]
+    if a.allow_missing:
+        for m in missing: print(f"WARNING: skipping missing sidebar page {m}")
+        names = [p for p in names if p not in missing]
+    pages = [Path(p).with_suffix(".html").name for p in names]
+    r.check("site folder has index.html", (a.site / "index.html").exists(), f"{a.site}/index.html missing: run python tools/build_site.py")
+    png_checks(r)
+    if (a.site / "index.html").exists():
+        static_checks(a.site, r)
+        from playwright.sync_api import sync_playwright
+        httpd, base = serve(a.site.resolve())
+        try:
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+                page_checks(browser, base, pages, r, a.screens)
+                search_check(browser, base, r)
+                browser.close()
+        finally:
+            httpd.shutdown()
+    print(f"{r.passed} passed, {len(r.failed)} failed")
+    return 1 if r.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
