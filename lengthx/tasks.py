@@ -29,7 +29,7 @@ from .model import GPT, GPTConfig
 __all__ = ['MOD', 'ARITH', 'MAB_SYMBOLS', 'EQ_SYMBOLS', 'AB', 'BITS', 'ENDED', 'Task', 'evaluate_mod', 'bracket_expression',
            'add_bits', 'che_tasks', 'encoder_batch', 'che_spec', 'CHEConfig', 'che_loss', 'masked_accuracy',
            'che_positions', 'train_che', 'eval_che', 'run_che', 'run_che_grid', 'che_table', 'parse_lengths',
-           'tasks_command', 'add_tasks_parser']
+           'tasks_command']
 
 # %% ../nbs/60_che.ipynb #479d2898
 def _py_rng(generator: Optional[torch.Generator]) -> random.Random:
@@ -555,14 +555,11 @@ def eval_che(model: GPT, cfg: CHEConfig, lengths: Optional[Sequence[int]] = None
 
 # %% ../nbs/60_che.ipynb #70654e03
 def _provenance() -> dict:
-    "Where and with what a result was made."
-    try:
-        root = Path(__file__).resolve().parent.parent
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=root).stdout.strip()
-    except Exception: sha = ""
-    return {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
+    "Where and with what a result was made: the package's own source hash and checkout (never a user's repository)."
+    from lengthx.train import package_provenance
+    return {**package_provenance(), "python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
             "device": ("cuda:" + torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu",
-            "threads": torch.get_num_threads(), "git_sha": sha, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "threads": torch.get_num_threads(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 def run_che(cfg: CHEConfig, progress: bool = False) -> dict:
@@ -604,7 +601,7 @@ def run_che_grid(tasks: Sequence[str], pes: Sequence[str], base: CHEConfig, out:
         for pe in pes:
             if _key(t, pe) in res["runs"]: continue
             cfg = CHEConfig(**{**asdict(base), "task": t, "pe": pe})
-            r = run_che(cfg)
+            r = run_che(cfg, progress)
             res["runs"][_key(t, pe)] = r
             if progress:
                 print(f"{t:28s} {pe:22s} score {100 * r['score']:6.2f}  (train acc {100 * r['train_acc']:5.1f}, "
@@ -688,22 +685,3 @@ def _cmd_tasks(a: argparse.Namespace) -> None:
     if a.out: print(f"results: {a.out}")
 
 
-def add_tasks_parser(subparsers) -> argparse.ArgumentParser:
-    "Add the `tasks` subcommand (Chomsky-hierarchy length generalization) to an argparse subparsers object."
-    p = subparsers.add_parser("tasks", help="train encoders on the Chomsky-hierarchy tasks, score lengths beyond training")
-    p.add_argument("--task", default="reverse_string", help="a task, a comma list, or 'all'")
-    p.add_argument("--pe", default="rope", help="a PE spec or a comma list of specs")
-    p.add_argument("--steps", type=int, default=10_000); p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--lr", type=float, default=1e-3); p.add_argument("--warmup", type=int, default=100)
-    p.add_argument("--train-len", type=int, default=40, help="training lengths are U(1, train-len)")
-    p.add_argument("--test-lens", type=parse_lengths, default=tuple(range(41, 501)), help="41:500, 41:500:20 or 41,60,100")
-    p.add_argument("--eval-batch", type=int, default=64, help="test strings per length")
-    p.add_argument("--layers", type=int, default=5); p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--width", type=int, default=64)
-    p.add_argument("--no-randomize", action="store_true", help="plain positions 0..T-1 instead of randomized ones")
-    p.add_argument("--max-pos", type=int, default=2048, help="randomized positions are drawn from 0..max-pos-1")
-    p.add_argument("--seed", type=int, default=0); p.add_argument("--device", default="auto")
-    p.add_argument("--out", default=None, help="JSON file for the results (rewritten after every run)")
-    p.add_argument("--quiet", action="store_true")
-    p.set_defaults(fn=_cmd_tasks)
-    return p
