@@ -219,7 +219,7 @@ EX["61_recall_arithmetic"] = ("""**Exercise 61.1** (implement, ★, autograded).
 
 **Exercise 61.2** (derive, ★★). Show that one causal attention layer with no positional information cannot solve recall by itself: the query can find the matching key by content, but the answer is the token *after* it. Describe a two-layer construction (an induction head): what does the first layer write into each value token, and what does the second layer's query match? Which part of the construction needs position — and how does chapter 41's convolution replace it?
 
-**Exercise 61.3** (experiment, ★★). *Predict first:* recall accuracy at 1×, 2× and 4× the training length for `nope`, `rope`, `alibi` and `cdape:nope`. Run `recall_experiment` (QUICK settings) and explain each PE's curve with your answer to 61.2.""",
+**Exercise 61.3** (experiment, ★★). *Predict first:* recall accuracy at 1×, 2× and 4× the training length for `nope`, `rope`, `alibi` and `cdape:nope`. Run `recall_experiment` (QUICK settings) and explain each PE's curve with your answer to Exercise 61.2.""",
 """from lengthx.exercises import check
 
 def mqar_targets(seq, n_keys):
