@@ -153,6 +153,7 @@ exclude_patterns = ["_build"]
 nb_execution_mode = "off"                  # the site shows the outputs stored in the notebooks
 nb_output_stderr = "remove"                # progress bars and warnings are not content
 nb_merge_streams = True
+nb_render_markdown_format = "myst"         # prose a cell builds (IPython Markdown) keeps its $math$
 nb_code_prompt_show = "Show the source"
 nb_code_prompt_hide = "Hide the source"
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist", "html_image"]
