@@ -45,17 +45,25 @@ class Protocol:
     n_windows: int = 16            # windows per length (nonoverlap and sliding: a budget of n_windows * L tokens)
     stride: Optional[int] = None   # sliding: the window's step; None = L // 2
     max_factor: int = 16           # default lengths: 1x, 2x, 4x, ... max_factor x the training length
+    anchored: bool = True          # last_k: the same targets at every length ≤ train_len x max_factor (chapter 53)
 
     def k_at(self, train_len: int) -> int: return self.k or train_len
+
+    def anchor_at(self, length: int, train_len: int) -> Optional[int]:
+        "last_k's anchor: the longest default length (or `length` beyond it); None when not anchored."
+        if self.protocol != "last_k" or not self.anchored: return None
+        return max(train_len * self.max_factor, length)
 
     def kwargs(self, length: int, train_len: int) -> dict:
         "Keyword arguments of `lengthx.evaluate.perplexity` for one evaluation length."
         return dict(protocol=self.protocol, k=self.k_at(train_len), stride=self.stride, n_windows=self.n_windows,
-                    max_tokens=self.n_windows * length)
+                    max_tokens=self.n_windows * length, anchor=self.anchor_at(length, train_len))
 
     def label(self, length: int, train_len: int) -> str:
         "The settings a perplexity depends on, printed beside every number."
-        if self.protocol == "last_k": how = f"k={self.k_at(train_len)}, {self.n_windows} windows"
+        if self.protocol == "last_k":
+            a = self.anchor_at(length, train_len)
+            how = f"k={self.k_at(train_len)}, {self.n_windows} windows" + (f", anchored at {a}" if a else "")
         elif self.protocol == "sliding": how = f"stride={self.stride or max(1, length // 2)}, {self.n_windows}·L tokens"
         else: how = f"{self.n_windows} windows"
         return f"{self.protocol}, {how}, L={length}"
@@ -525,7 +533,8 @@ def _out_dir(a, what: str, required: bool = True) -> Optional[Path]:
 
 
 def _protocol(a) -> Protocol:
-    return Protocol(protocol=a.protocol, k=a.k, n_windows=a.n_windows, stride=a.stride, max_factor=a.max_factor)
+    return Protocol(protocol=a.protocol, k=a.k, n_windows=a.n_windows, stride=a.stride, max_factor=a.max_factor,
+                    anchored=a.anchored)
 
 
 def _cmd_train(a):
@@ -566,7 +575,7 @@ def _cmd_eval(a):
     for L in lens:                                     # every length checked, and its memory planned, before any work
         kw = p.kwargs(L, tl)
         check_protocol_args(kw["protocol"], len(test), L, k=kw["k"], stride=kw["stride"], n_windows=kw["n_windows"],
-                            max_tokens=kw["max_tokens"])
+                            max_tokens=kw["max_tokens"], anchor=kw["anchor"])
         plan_eval(model, L)                            # ValueError (exit 2) when no path fits the memory budget
     _say(f"lengthx eval: {run}: {pe}, trained at length {tl}, checkpoint at step {step}")
     ppl = {}
@@ -703,6 +712,7 @@ def _add_protocol(p) -> None:
     g.add_argument("--n-windows", type=_positive, default=PROTOCOL.n_windows, help="windows per length (nonoverlap, sliding: a budget of n-windows x L tokens)")
     g.add_argument("--stride", type=_positive, default=PROTOCOL.stride, help="sliding: the window's step (default: L/2)")
     g.add_argument("--max-factor", type=_power_of_two, default=PROTOCOL.max_factor, help="evaluate at 1x, 2x, 4x, ... this many times the training length")
+    g.add_argument("--unanchored", dest="anchored", action="store_false", help="last_k: spread the windows at each length (default: anchored, the same targets at every length up to max-factor x the training length)")
 
 
 def build_parser() -> argparse.ArgumentParser:
