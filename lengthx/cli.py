@@ -26,9 +26,9 @@ from typing import Optional, Sequence
 # %% auto #0
 __all__ = ['MODEL_PRESETS', 'PROTOCOLS', 'ATTN_PATHS', 'SPLITS', 'PROTOCOL', 'BUDGETS', 'RESULTS_MODE', 'Protocol',
            'eval_lengths', 'Budget', 'check_cache_dir', 'check_spec', 'expand_specs', 'check_protocol', 'check_lengths',
-           'provenance', 'write_results', 'read_results', 'train_run', 'sweep_one', 'sweep_settings', 'run_sweep',
-           'format_row', 'sweep_table', 'plot_sweep', 'bench_attention', 'bench_model', 'UsageError', 'build_parser',
-           'pe_help_text', 'main', 'options_markdown']
+           'lengthx_checkout', 'provenance', 'write_results', 'read_results', 'train_run', 'sweep_one',
+           'sweep_settings', 'run_sweep', 'format_row', 'sweep_table', 'plot_sweep', 'bench_attention', 'bench_model',
+           'UsageError', 'build_parser', 'pe_help_text', 'main', 'options_markdown']
 
 # %% ../nbs/54_cli.ipynb #da544abd
 MODEL_PRESETS = ("tiny", "small", "gpt2-125m")      # the names of lengthx.model.PRESETS (a test keeps them equal)
@@ -235,24 +235,35 @@ def _git(here: Path, *args) -> str:
     except Exception: return ""
 
 
+def lengthx_checkout() -> Optional[Path]:
+    "The root of lengthx's own git checkout when the imported package lives in one (never a user's repository), else None."
+    import lengthx
+    pkg = Path(lengthx.__file__).resolve().parent
+    top = _git(pkg, "rev-parse", "--show-toplevel")
+    cfg = configparser.ConfigParser()
+    own = bool(top) and cfg.read(Path(top) / "settings.ini") != [] and \
+        cfg.get("DEFAULT", "lib_name", fallback="") == "lengthx" and Path(top).resolve() / "lengthx" == pkg
+    return Path(top).resolve() if own else None
+
+
 def provenance() -> dict:
-    "Versions, device, the package's source hash, and its git sha only when lengthx itself is a git checkout."
+    "Versions, device, the package's source hash, and its git sha (clean or not, with the diff's hash) only in lengthx's own checkout."
     import torch
     import lengthx
     pkg = Path(lengthx.__file__).resolve().parent
     digest = hashlib.sha256()
     for f in sorted(pkg.rglob("*.py")):
         digest.update(f.relative_to(pkg).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-    top = _git(pkg, "rev-parse", "--show-toplevel")
-    cfg = configparser.ConfigParser()
-    own = bool(top) and cfg.read(Path(top) / "settings.ini") != [] and \
-        cfg.get("DEFAULT", "lib_name", fallback="") == "lengthx" and Path(top).resolve() / "lengthx" == pkg
+    own = lengthx_checkout() is not None
+    dirty = bool(_git(pkg, "status", "--porcelain", "--", ".")) if own else None
+    diff = _git(pkg, "diff", "HEAD", "--", ".") if dirty else ""
     return {"lengthx": lengthx.__version__, "python": platform.python_version(), "torch": torch.__version__,
             "platform": platform.platform(),
             "device": ("cuda:" + torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu",
             "threads": torch.get_num_threads(), "source_sha256": digest.hexdigest(),
             "git_sha": _git(pkg, "rev-parse", "HEAD") if own else None,      # never the sha of a user's repository
-            "git_dirty": bool(_git(pkg, "status", "--porcelain", "--", ".")) if own else None,
+            "git_dirty": dirty,                                             # of the package's files (lengthx/)
+            "git_diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if dirty else None,
             "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
@@ -724,7 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"lengthx {__version__}")
     ap.add_argument("--help-pe", metavar="NAME", nargs="?", const="all", help="print the options of one PE family (no NAME: all families) and exit")
     ap.add_argument("--debug", action="store_true", help="show the full traceback of an error (also LENGTHX_DEBUG=1)")
-    sub = ap.add_subparsers(dest="cmd", metavar="{train,eval,sweep,bench,tasks}")
+    sub = ap.add_subparsers(dest="cmd", metavar="{train,eval,sweep,bench,tasks,reproduce}")
 
     t = sub.add_parser("train", help="train one model on the embedded corpus", **kw)
     t.add_argument("--pe", default="rope", help="positional encoding spec, e.g. rope, alibi, yarn:s=8 (lengthx --help-pe)")
@@ -803,6 +814,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--out", metavar="DIR", default=None, help="write DIR/results.json after every run; rerun to resume (default: print only)")
     _add_quiet(k)
     k.set_defaults(fn=_cmd_tasks)
+    _add_reproduce(sub, kw)   # lengthx reproduce (its parser is in the cell below)
     return ap
 
 
@@ -817,6 +829,39 @@ def _choices(s: str, allowed: Sequence[str]) -> list[str]:
     bad = [x for x in v if x not in allowed]
     if bad: raise argparse.ArgumentTypeError(f"unknown {bad[0]!r}; choose from {', '.join(allowed)}")
     return v
+
+# %% ../nbs/54_cli.ipynb #4ebd9d61
+def _add_reproduce(sub, kw: dict) -> None:
+    "The `reproduce` subcommand: named experiment units at a budget, one result file each (`lengthx.experiments`)."
+    from lengthx.experiments import BUDGET_NAMES, CORPORA, UNITS
+    r = sub.add_parser("reproduce", help="regenerate the book's results: named units, one JSON file each, resumable", **kw)
+    r.add_argument("--budget", default="cpu", choices=BUDGET_NAMES, help="scale of every unit: smoke (seconds, a test), cpu (the book's results), colab (one GPU), paper (the papers' scale)")
+    _alias(r, "--preset", "--budget", "budget", choices=BUDGET_NAMES)
+    r.add_argument("--only", type=lambda v: _choices(v, UNITS), default=None, help=f"comma list of units (default: all of {','.join(UNITS)})")
+    r.add_argument("--out", metavar="DIR", default=None, help="where <unit>_<budget>.json go, and runs/ (default: nbs/results in lengthx's own checkout, else ./results)")
+    _add_device(r)
+    r.add_argument("--corpus", default="stdlib", help=f"language-model corpus: {', '.join(CORPORA)}, or a directory of text files")
+    r.add_argument("--seed", type=int, default=0, help="base seed (units with several seeds use seed, seed+1, ...)")
+    r.add_argument("--allow-dirty", action="store_true", help="write results from a checkout with uncommitted changes (the diff's hash is recorded)")
+    r.add_argument("--estimate", action="store_true", help="print the ESTIMATED GPU training time of the budget's units and exit")
+    _add_quiet(r)
+    r.set_defaults(fn=_cmd_reproduce)
+
+
+def _cmd_reproduce(a):
+    "`lengthx reproduce`: check every argument, print what will run, run it."
+    from lengthx import experiments as X
+    if a.estimate:
+        print(X.estimate_table(a.budget))
+        return
+    out = _out_dir(a, "the result files", required=False) or X.default_out()
+    units = a.only or list(X.UNITS)
+    if a.corpus != "stdlib": X.check_corpus(a.corpus)
+    print(f"lengthx reproduce: {', '.join(units)} at budget {a.budget} -> {out}", flush=True)
+    if a.budget in ("colab", "paper"): print(X.estimate_table(a.budget), flush=True)
+    paths = X.reproduce(units, a.budget, out, device=_device_name(a.device), allow_dirty=a.allow_dirty, seed=a.seed,
+                        corpus=a.corpus, progress=not a.quiet, command=a.command)
+    for u, p in paths.items(): print(f"{u}: {p}")
 
 # %% ../nbs/54_cli.ipynb #80171439
 def pe_help_text(name: str) -> str:
@@ -849,7 +894,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(pe_help_text(a.help_pe.strip().lower()))
             return 0
         if a.cmd is None:
-            raise UsageError("lengthx: error: choose a command: train, eval, sweep, bench or tasks (see lengthx --help)")
+            raise UsageError("lengthx: error: choose a command: train, eval, sweep, bench, tasks or reproduce (see lengthx --help)")
         prog, a.command = f"lengthx {a.cmd}", "lengthx " + " ".join(argv)
         a.fn(a)
         return 0
