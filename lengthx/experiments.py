@@ -9,7 +9,7 @@ __all__ = ['UNITS', 'BUDGET_NAMES', 'SCHEMA', 'CORPORA', 'EXTRA', 'CORE', 'LM', 
            'unit_position', 'unit_che', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'result_path',
            'is_result', 'check_lm_specs', 'reproduce', 'lm_train_flops', 'estimate_table', 'legacy_records',
            'result_dirs', 'load_results', 'device_of', 'pick', 'provenance_line', 'results_overview',
-           'experiments_view']
+           'experiments_view', 'cost_view']
 
 # %% ../nbs/72_reproduce.ipynb #68593eb4
 import json
@@ -547,7 +547,7 @@ def provenance_line(rec: dict) -> str:
     state = ("uncommitted changes" + (f", diff sha256 {p['git_diff_sha256'][:10]}" if p.get("git_diff_sha256") else "")
              if p.get("git_dirty") else "clean" if p.get("git_dirty") is False else "clean state not recorded")
     src = f", source sha256 {p['source_sha256'][:10]}" if p.get("source_sha256") else ""
-    wall = f", {p['wall_seconds'] / 60:.1f} min" if isinstance(p.get("wall_seconds"), (int, float)) else ""
+    wall = f", {p['wall_seconds'] / 60:.1f} min" if isinstance(p.get("wall_seconds"), (int, float)) and not p.get("legacy") else ""
     legacy = f" [older format: {p['legacy_file']}]" if p.get("legacy") else ""
     return (f"{rec['unit']} ({rec['preset']}): lengthx {p.get('lengthx', '?')} at {sha} ({state}{src}); {device_of(rec)}, "
             f"{p.get('threads', '?')} threads, torch {p.get('torch', '?')}{wall}, {p.get('time', '?')}{legacy}")
@@ -583,3 +583,9 @@ def experiments_view(recs: Sequence[dict], preset: str = "cpu", gpu: bool = Fals
             for k, v in r["result"]["rows"].items():
                 units.setdefault(k, {**v, "group": v.get("group", unit), "provenance": v.get("provenance", r["provenance"])})
     return {"settings": S, "corpus": main["result"].get("corpus"), "units": units, "records": main}
+
+
+def cost_view(rec: dict) -> dict:
+    "A cost result as chapter 71 reads it: {attention: {rows, ...}, model: {forward, train, ...}}, each with provenance."
+    if rec["provenance"].get("legacy"): return rec["result"]           # the older file has exactly this shape
+    return {part: {**rec["result"][part], "provenance": rec["provenance"]} for part in ("attention", "model")}
