@@ -369,7 +369,7 @@ def sweep_settings(budget: str | Budget, protocol: Protocol, seed: int) -> dict:
 
 def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Path = "runs/sweep", *,
               protocol: Protocol = PROTOCOL, seed: int = 0, device: str = "auto", progress: bool = True,
-              command: str = "", figure: bool = False, ymax: Optional[float] = None) -> dict:
+              command: str = "", figure: bool = False, ymax: Optional[float] = None, corpus: str = "stdlib") -> dict:
     "Train and evaluate every spec in `pes`, one writer per `out` (a lock), `out/results.json` rewritten after each PE."
     from tqdm import tqdm
     from lengthx.data import corpus_tokens, exclusive_lock
@@ -377,6 +377,7 @@ def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Pat
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path, settings, t0 = out / "results.json", sweep_settings(budget, protocol, seed), time.time()
+    if corpus != "stdlib": settings["corpus"] = corpus
     with exclusive_lock(out / ".lock", f"sweep output {out}"):
         res = read_results(path)
         if res and not _is_sweep_results(res):
@@ -387,7 +388,7 @@ def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Pat
         before = res.get("wall_seconds", 0.0)
         res.update(settings=settings, provenance=provenance(), rows=res.get("rows", {}))
         todo = [s for s in pes if s not in res["rows"]]
-        train_tokens, test_tokens = (corpus_tokens("train"), corpus_tokens("test")) if todo else (None, None)
+        train_tokens, test_tokens = (_corpus(corpus, "train"), _corpus(corpus, "test")) if todo else (None, None)
         bar = tqdm(todo, desc="sweep", unit="PE", disable=not progress, file=sys.stderr)
         for spec in bar:
             bar.set_postfix_str(spec)
@@ -558,7 +559,7 @@ def _cmd_train(a):
     extra = {} if a.ckpt_every is None else {"ckpt_every": a.ckpt_every}
     tcfg = TrainConfig(steps=a.steps, batch_size=a.batch_size, length=a.train_len, lr=a.lr, warmup=a.warmup,
                        seed=a.seed, device=a.device, dtype=a.dtype, compile=a.compile, **extra)
-    _, hist = train_run(mcfg, tcfg, out, progress=not a.quiet)
+    _, hist = train_run(mcfg, tcfg, out, progress=not a.quiet, tokens=_corpus(a.corpus, "train"))
     loss = f"final loss {hist[-1]['loss']:.4f}" if hist else "nothing left to train"
     print(f"trained {a.pe} ({a.preset}, train length {a.train_len}) to step {tcfg.steps}; {loss}; run dir {out}")
 
@@ -579,7 +580,7 @@ def _cmd_eval(a):
     tl, step, pe = state["model"]["max_len"], state["step"], state["model"]["pe"]
     lens = a.lengths or eval_lengths(tl, p.max_factor)
     check_protocol(p, lens)
-    test = corpus_tokens(a.split)
+    test = _corpus(a.corpus, a.split)
     check_lengths(lens, len(test), a.split)
     model = load_model(run, _device_name(a.device))
     from lengthx.evaluate import check_protocol_args, plan_eval
@@ -615,7 +616,7 @@ def _cmd_sweep(a):
     print(f"lengthx sweep: {len(pes)} PEs, {b.preset} model trained at {b.train_len} for {b.steps} steps, "
          f"evaluated at 1x..{p.max_factor}x ({p.label(b.train_len, b.train_len).rsplit(', L=', 1)[0]}) -> {out}", flush=True)
     res = run_sweep(pes, a.budget if not over else b, out, protocol=p, seed=a.seed, device=a.device,
-                    progress=not a.quiet, command=a.command, figure=True, ymax=a.ymax)
+                    progress=not a.quiet, command=a.command, figure=True, ymax=a.ymax, corpus=a.corpus)
     print(f"perplexity ({p.label(b.train_len, b.train_len).rsplit(', L=', 1)[0]}, L = the column)")
     print(sweep_table(res))
     print(f"wrote {out / 'results.json'} and {out / 'sweep.png'}")
@@ -814,7 +815,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--out", metavar="DIR", default=None, help="write DIR/results.json after every run; rerun to resume (default: print only)")
     _add_quiet(k)
     k.set_defaults(fn=_cmd_tasks)
-    _add_reproduce(sub, kw)   # lengthx reproduce (its parser is in the cell below)
+    for p in (t, e, s): _add_corpus(p)
+    _add_reproduce(sub, kw)   # lengthx reproduce and --corpus (the cell below)
     return ap
 
 
@@ -831,16 +833,33 @@ def _choices(s: str, allowed: Sequence[str]) -> list[str]:
     return v
 
 # %% ../nbs/54_cli.ipynb #4ebd9d61
+def _corpus_name(s: str) -> str:
+    "A corpus name or directory (argparse type): checked when the arguments are read, before any work."
+    from lengthx.experiments import check_corpus
+    try: return check_corpus(s)
+    except ValueError as e: raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _add_corpus(p) -> None:
+    p.add_argument("--corpus", type=_corpus_name, default="stdlib", help="corpus: stdlib (embedded), pg19, arxiv, github, wikitext103 (Hugging Face, needs `datasets`), or a directory of text files")
+
+
+def _corpus(corpus: str, split: str):
+    "One split of `--corpus` as tokens, after a one-line check of the name (`lengthx.experiments.check_corpus`)."
+    from lengthx.experiments import check_corpus, corpus_split
+    return corpus_split(check_corpus(corpus), split)
+
+
 def _add_reproduce(sub, kw: dict) -> None:
     "The `reproduce` subcommand: named experiment units at a budget, one result file each (`lengthx.experiments`)."
-    from lengthx.experiments import BUDGET_NAMES, CORPORA, UNITS
+    from lengthx.experiments import BUDGET_NAMES, UNITS
     r = sub.add_parser("reproduce", help="regenerate the book's results: named units, one JSON file each, resumable", **kw)
     r.add_argument("--budget", default="cpu", choices=BUDGET_NAMES, help="scale of every unit: smoke (seconds, a test), cpu (the book's results), colab (one GPU), paper (the papers' scale)")
     _alias(r, "--preset", "--budget", "budget", choices=BUDGET_NAMES)
     r.add_argument("--only", type=lambda v: _choices(v, UNITS), default=None, help=f"comma list of units (default: all of {','.join(UNITS)})")
     r.add_argument("--out", metavar="DIR", default=None, help="where <unit>_<budget>.json go, and runs/ (default: nbs/results in lengthx's own checkout, else ./results)")
     _add_device(r)
-    r.add_argument("--corpus", default="stdlib", help=f"language-model corpus: {', '.join(CORPORA)}, or a directory of text files")
+    _add_corpus(r)
     r.add_argument("--seed", type=int, default=0, help="base seed (units with several seeds use seed, seed+1, ...)")
     r.add_argument("--allow-dirty", action="store_true", help="write results from a checkout with uncommitted changes (the diff's hash is recorded)")
     r.add_argument("--estimate", action="store_true", help="print the ESTIMATED GPU training time of the budget's units and exit")
@@ -856,7 +875,6 @@ def _cmd_reproduce(a):
         return
     out = _out_dir(a, "the result files", required=False) or X.default_out()
     units = a.only or list(X.UNITS)
-    if a.corpus != "stdlib": X.check_corpus(a.corpus)
     print(f"lengthx reproduce: {', '.join(units)} at budget {a.budget} -> {out}", flush=True)
     if a.budget in ("colab", "paper"): print(X.estimate_table(a.budget), flush=True)
     paths = X.reproduce(units, a.budget, out, device=_device_name(a.device), allow_dirty=a.allow_dirty, seed=a.seed,

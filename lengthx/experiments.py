@@ -116,7 +116,7 @@ def unit_settings(unit: str, budget: str, *, seed: int = 0, corpus: str = "stdli
     elif unit in ("che", "recall"): u["seed"] = seed
     elif unit == "cost" and u["model"]["pes"] == "default": u["model"] = {**u["model"], "pes": _specs("default")}
     elif unit == "sweep":
-        u = {**u, "pes": _specs(u["pes"]), "seed": seed, "corpus": "stdlib"}   # `run_sweep` reads the stdlib corpus
+        u = {**u, "pes": _specs(u["pes"]), "seed": seed, "corpus": corpus}
     return u
 
 # %% ../nbs/72_reproduce.ipynb #7cff3f62
@@ -150,7 +150,12 @@ def default_out() -> Path:
 # %% ../nbs/72_reproduce.ipynb #b73d84dc
 def check_corpus(corpus: str) -> str:
     "A corpus name (`CORPORA`) or an existing directory of text files; anything else is a one-line error."
-    if corpus in CORPORA: return corpus
+    if corpus == "stdlib": return corpus
+    if corpus in CORPORA:
+        from lengthx.data import _import_datasets
+        try: _import_datasets()
+        except ImportError as e: raise ValueError(f"--corpus {corpus}: {e}") from None
+        return corpus
     p = Path(corpus).expanduser()
     if p.is_dir(): return str(p.resolve())
     raise ValueError(f"unknown corpus {corpus!r}: choose {', '.join(CORPORA)}, or give a directory of text files")
@@ -376,7 +381,7 @@ def unit_sweep(ctx: Context, S: dict, part: Partial) -> dict:
     from dataclasses import replace
     b = S["budget"] if isinstance(S["budget"], str) else Budget(**S["budget"])
     res = run_sweep(S["pes"], b, ctx.runs / "sweep", protocol=replace(PROTOCOL, **S["protocol"]), seed=S["seed"],
-                    device=ctx.device, progress=ctx.progress, command=ctx.command)
+                    device=ctx.device, progress=ctx.progress, command=ctx.command, corpus=S["corpus"])
     return {"settings": res["settings"], "rows": res["rows"]}
 
 

@@ -48,7 +48,7 @@ def test_help_is_fast_because_torch_is_not_imported():
     r = subprocess.run([sys.executable, "-c", "import sys, lengthx.cli as c; c.build_parser().format_help(); "
                         "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('lengthx.')))"],
                        capture_output=True, text=True)
-    assert r.stdout.strip() == "['lengthx.cli']", r.stdout + r.stderr
+    assert r.stdout.strip() == "['lengthx.cli', 'lengthx.experiments']", r.stdout + r.stderr   # no torch
     r = run_cli(["--help"])
     assert r.returncode == 0 and all(c in r.stdout for c in ("train", "eval", "sweep", "bench", "tasks"))
 
@@ -61,7 +61,7 @@ def test_version_matches_settings_ini():
 
 def test_every_option_has_help_and_shows_its_default():
     subs = cli._subparsers(cli.build_parser())
-    assert set(subs) == {"train", "eval", "sweep", "bench", "tasks"}
+    assert set(subs) == {"train", "eval", "sweep", "bench", "tasks", "reproduce"}
     for name, p in subs.items():
         text = p.format_help()
         for act in p._actions:

@@ -212,3 +212,20 @@ def test_results_from_another_directory_are_grouped_by_device(smoke, tmp_path, m
     assert X.pick(recs, "main", "smoke", gpu=True)["provenance"]["cuda_device"] == "NVIDIA L4"
     assert X.pick(recs, "main", "cpu", gpu=False)["provenance"].get("legacy")
     assert "| smoke | NVIDIA L4 | main |" in X.results_overview(recs)
+
+
+def test_corpus_option_on_train_eval_and_sweep(tmp_path, capsys):
+    d = tmp_path / "texts"
+    d.mkdir()
+    for i in range(80): (d / f"f{i}.txt").write_text(f"line {i} of a small corpus\n" * 30)
+    tiny = ["--pe", "nope", "--train-len", "16", "--steps", "2", "--batch-size", "2", "--quiet"]
+    assert main(["train", *tiny, "--corpus", str(d), "--out", str(tmp_path / "run")]) == 0
+    assert main(["eval", "--run", str(tmp_path / "run"), "--corpus", str(d), "--max-factor", "2", "--n-windows", "2", "--quiet"]) == 0
+    assert main(["train", *tiny, "--out", str(tmp_path / "run")]) == 2          # the stdlib is another run's data: refused
+    assert main(["sweep", "--pes", "nope", "--budget", "quick", "--steps", "2", "--train-len", "16", "--max-factor", "2",
+                 "--n-windows", "2", "--corpus", str(d), "--out", str(tmp_path / "sw"), "--quiet"]) == 0
+    assert json.loads((tmp_path / "sw" / "results.json").read_text())["settings"]["corpus"] == str(d.resolve())
+    capsys.readouterr()
+    for cmd in (["train", "--out", "x"], ["eval", "--run", "x"], ["sweep"], ["reproduce"]):
+        assert main([*cmd, "--corpus", "pg-19"]) == 2
+        assert "unknown corpus 'pg-19'" in capsys.readouterr().err
