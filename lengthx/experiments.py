@@ -6,7 +6,7 @@
 __all__ = ['UNITS', 'BUDGET_NAMES', 'SCHEMA', 'CORPORA', 'EXTRA', 'CORE', 'LM', 'UNIT', 'RUNNERS', 'ASSUMED_TFLOPS', 'LEGACY',
            'unit_settings', 'result_provenance', 'check_clean', 'default_out', 'check_corpus', 'corpus_split',
            'Context', 'Partial', 'train_lm', 'ppl_table', 'delta_ps', 'lm_row', 'lm_rows', 'unit_protocols',
-           'unit_position', 'unit_che', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'result_path',
+           'unit_position', 'unit_che', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'run_tag', 'result_path',
            'is_result', 'check_lm_specs', 'reproduce', 'lm_train_flops', 'estimate_table', 'legacy_records',
            'result_dirs', 'load_results', 'device_of', 'pick', 'provenance_line', 'results_overview',
            'experiments_view', 'cost_view']
@@ -184,7 +184,7 @@ class Context:
     _tokens: dict = field(default_factory=dict)
 
     @property
-    def runs(self) -> Path: return self.out / "runs" / self.budget
+    def runs(self) -> Path: return self.out / "runs" / self.budget   # the budget's tag: cpu, cpu_seed1, ...
 
     def tokens(self, corpus: str, split: str):
         if (corpus, split) not in self._tokens: self._tokens[corpus, split] = corpus_split(corpus, split)
@@ -389,7 +389,12 @@ RUNNERS = {"main": lm_rows, "seeds": lm_rows, "cdape": lm_rows, "protocols": uni
            "che": unit_che, "recall": unit_recall, "cot": unit_cot, "cost": unit_cost, "sweep": unit_sweep}
 
 # %% ../nbs/72_reproduce.ipynb #9bf15dbb
-def result_path(out: Path, unit: str, budget: str) -> Path: return Path(out) / f"{unit}_{budget}.json"
+def run_tag(budget: str, seed: int = 0, corpus: str = "stdlib") -> str:
+    "`cpu`, or `cpu_seed1_pg19` for another base seed or corpus (so their files never collide)."
+    return budget + (f"_seed{seed}" if seed else "") + ("" if corpus == "stdlib" else "_" + Path(corpus).name)
+
+
+def result_path(out: Path, unit: str, tag: str) -> Path: return Path(out) / f"{unit}_{tag}.json"
 
 
 def is_result(obj) -> bool:
@@ -421,13 +426,14 @@ def reproduce(units: Sequence[str] = UNITS, budget: str = "smoke", out: Optional
     settings = {u: _plain(unit_settings(u, budget, seed=seed, corpus=corpus)) for u in units}   # every unit checked first
     check_lm_specs(settings)
     out = Path(out) if out is not None else default_out()
-    ctx = Context(out=out, budget=budget, device=device, progress=progress, command=command)
+    tag = run_tag(budget, seed, corpus)
+    ctx = Context(out=out, budget=tag, device=device, progress=progress, command=command)
     paths = {}
     with exclusive_lock(ctx.runs / ".reproduce.lock", f"reproduce output {out}"):
         bar = tqdm(list(units), desc=f"reproduce {budget}", unit="unit", disable=not progress, file=sys.stderr)
         for u in bar:
             bar.set_postfix_str(u)
-            path = paths[u] = result_path(out, u, budget)
+            path = paths[u] = result_path(out, u, tag)
             old = read_results(path)
             if is_result(old) and old["settings"] == settings[u]:
                 ctx.say(f"lengthx reproduce: {u}: finished in {path} (same settings), skipped"); continue
@@ -554,7 +560,8 @@ def provenance_line(rec: dict) -> str:
     src = f", source sha256 {p['source_sha256'][:10]}" if p.get("source_sha256") else ""
     wall = f", {p['wall_seconds'] / 60:.1f} min" if isinstance(p.get("wall_seconds"), (int, float)) and not p.get("legacy") else ""
     legacy = f" [older format: {p['legacy_file']}]" if p.get("legacy") else ""
-    return (f"{rec['unit']} ({rec['preset']}): lengthx {p.get('lengthx', '?')} at {sha} ({state}{src}); {device_of(rec)}, "
+    version = f"lengthx {p['lengthx']} at " if p.get("lengthx") else "commit "
+    return (f"{rec['unit']} ({rec['preset']}): {version}{sha} ({state}{src}); {device_of(rec)}, "
             f"{p.get('threads', '?')} threads, torch {p.get('torch', '?')}{wall}, {p.get('time', '?')}{legacy}")
 
 

@@ -229,3 +229,11 @@ def test_corpus_option_on_train_eval_and_sweep(tmp_path, capsys):
     for cmd in (["train", "--out", "x"], ["eval", "--run", "x"], ["sweep"], ["reproduce"]):
         assert main([*cmd, "--corpus", "pg-19"]) == 2
         assert "unknown corpus 'pg-19'" in capsys.readouterr().err
+
+
+def test_another_seed_writes_its_own_files(tmp_path):
+    assert reproduce(tmp_path, "--only", "recall", "--allow-dirty") == 0
+    assert reproduce(tmp_path, "--only", "recall", "--seed", "3", "--allow-dirty") == 0
+    recs = {p.name: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
+    assert set(recs) == {"recall_smoke.json", "recall_smoke_seed3.json"}
+    assert recs["recall_smoke_seed3.json"]["settings"]["seed"] == 3 and recs["recall_smoke.json"]["settings"]["seed"] == 0
