@@ -583,6 +583,7 @@ def experiments_view(recs: Sequence[dict], preset: str = "cpu", gpu: bool = Fals
     S = dict(main["settings"])
     if "anchor" in S:   # the one schema names the anchor; the chapter's text reads it as last_k_common
         S["last_k_common"] = {**S["last_k"], "ends": f"fixed, evenly spaced in [{S['anchor']}, n-1]"}
+        S["nonoverlap"] = {**S["nonoverlap"], "sampling": "evenly spaced"}   # `nonoverlap_windows` spreads its chunks
     units = {}
     for unit in ("main", "seeds", "cdape", "protocols", "position"):
         r = main if unit == "main" else pick(recs, unit, preset, gpu)
