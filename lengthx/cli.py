@@ -26,9 +26,9 @@ from typing import Optional, Sequence
 # %% auto #0
 __all__ = ['MODEL_PRESETS', 'PROTOCOLS', 'ATTN_PATHS', 'SPLITS', 'PROTOCOL', 'BUDGETS', 'RESULTS_MODE', 'Protocol',
            'eval_lengths', 'Budget', 'check_cache_dir', 'check_spec', 'expand_specs', 'check_protocol', 'check_lengths',
-           'provenance', 'write_results', 'read_results', 'train_run', 'sweep_one', 'sweep_settings', 'run_sweep',
-           'format_row', 'sweep_table', 'plot_sweep', 'bench_attention', 'bench_model', 'UsageError', 'build_parser',
-           'pe_help_text', 'main', 'options_markdown']
+           'lengthx_checkout', 'provenance', 'write_results', 'read_results', 'train_run', 'sweep_one',
+           'sweep_settings', 'run_sweep', 'format_row', 'sweep_table', 'plot_sweep', 'bench_attention', 'bench_model',
+           'UsageError', 'build_parser', 'pe_help_text', 'main', 'options_markdown']
 
 # %% ../nbs/54_cli.ipynb #da544abd
 MODEL_PRESETS = ("tiny", "small", "gpt2-small", "gpt2-125m")      # the names of lengthx.model.PRESETS (a test keeps them equal)
@@ -45,17 +45,25 @@ class Protocol:
     n_windows: int = 16            # windows per length (nonoverlap and sliding: a budget of n_windows * L tokens)
     stride: Optional[int] = None   # sliding: the window's step; None = L // 2
     max_factor: int = 16           # default lengths: 1x, 2x, 4x, ... max_factor x the training length
+    anchored: bool = True          # last_k: the same targets at every length ≤ train_len x max_factor (chapter 53)
 
     def k_at(self, train_len: int) -> int: return self.k or train_len
+
+    def anchor_at(self, length: int, train_len: int) -> Optional[int]:
+        "last_k's anchor: the longest default length (or `length` beyond it); None when not anchored."
+        if self.protocol != "last_k" or not self.anchored: return None
+        return max(train_len * self.max_factor, length)
 
     def kwargs(self, length: int, train_len: int) -> dict:
         "Keyword arguments of `lengthx.evaluate.perplexity` for one evaluation length."
         return dict(protocol=self.protocol, k=self.k_at(train_len), stride=self.stride, n_windows=self.n_windows,
-                    max_tokens=self.n_windows * length)
+                    max_tokens=self.n_windows * length, anchor=self.anchor_at(length, train_len))
 
     def label(self, length: int, train_len: int) -> str:
         "The settings a perplexity depends on, printed beside every number."
-        if self.protocol == "last_k": how = f"k={self.k_at(train_len)}, {self.n_windows} windows"
+        if self.protocol == "last_k":
+            a = self.anchor_at(length, train_len)
+            how = f"k={self.k_at(train_len)}, {self.n_windows} windows" + (f", anchored at {a}" if a else "")
         elif self.protocol == "sliding": how = f"stride={self.stride or max(1, length // 2)}, {self.n_windows}·L tokens"
         else: how = f"{self.n_windows} windows"
         return f"{self.protocol}, {how}, L={length}"
@@ -227,24 +235,35 @@ def _git(here: Path, *args) -> str:
     except Exception: return ""
 
 
+def lengthx_checkout() -> Optional[Path]:
+    "The root of lengthx's own git checkout when the imported package lives in one (never a user's repository), else None."
+    import lengthx
+    pkg = Path(lengthx.__file__).resolve().parent
+    top = _git(pkg, "rev-parse", "--show-toplevel")
+    cfg = configparser.ConfigParser()
+    own = bool(top) and cfg.read(Path(top) / "settings.ini") != [] and \
+        cfg.get("DEFAULT", "lib_name", fallback="") == "lengthx" and Path(top).resolve() / "lengthx" == pkg
+    return Path(top).resolve() if own else None
+
+
 def provenance() -> dict:
-    "Versions, device, the package's source hash, and its git sha only when lengthx itself is a git checkout."
+    "Versions, device, the package's source hash, and its git sha (clean or not, with the diff's hash) only in lengthx's own checkout."
     import torch
     import lengthx
     pkg = Path(lengthx.__file__).resolve().parent
     digest = hashlib.sha256()
     for f in sorted(pkg.rglob("*.py")):
         digest.update(f.relative_to(pkg).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-    top = _git(pkg, "rev-parse", "--show-toplevel")
-    cfg = configparser.ConfigParser()
-    own = bool(top) and cfg.read(Path(top) / "settings.ini") != [] and \
-        cfg.get("DEFAULT", "lib_name", fallback="") == "lengthx" and Path(top).resolve() / "lengthx" == pkg
+    own = lengthx_checkout() is not None
+    dirty = bool(_git(pkg, "status", "--porcelain", "--", ".")) if own else None
+    diff = _git(pkg, "diff", "HEAD", "--", ".") if dirty else ""
     return {"lengthx": lengthx.__version__, "python": platform.python_version(), "torch": torch.__version__,
             "platform": platform.platform(),
             "device": ("cuda:" + torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu",
             "threads": torch.get_num_threads(), "source_sha256": digest.hexdigest(),
             "git_sha": _git(pkg, "rev-parse", "HEAD") if own else None,      # never the sha of a user's repository
-            "git_dirty": bool(_git(pkg, "status", "--porcelain", "--", ".")) if own else None,
+            "git_dirty": dirty,                                             # of the package's files (lengthx/)
+            "git_diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if dirty else None,
             "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
@@ -349,7 +368,7 @@ def sweep_settings(budget: str | Budget, protocol: Protocol, seed: int) -> dict:
 
 def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Path = "runs/sweep", *,
               protocol: Protocol = PROTOCOL, seed: int = 0, device: str = "auto", progress: bool = True,
-              command: str = "", figure: bool = False, ymax: Optional[float] = None) -> dict:
+              command: str = "", figure: bool = False, ymax: Optional[float] = None, corpus: str = "stdlib") -> dict:
     "Train and evaluate every spec in `pes`, one writer per `out` (a lock), `out/results.json` rewritten after each PE."
     from tqdm import tqdm
     from lengthx.data import corpus_tokens, exclusive_lock
@@ -357,6 +376,7 @@ def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Pat
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path, settings, t0 = out / "results.json", sweep_settings(budget, protocol, seed), time.time()
+    if corpus != "stdlib": settings["corpus"] = corpus
     with exclusive_lock(out / ".lock", f"sweep output {out}"):
         res = read_results(path)
         if res and not _is_sweep_results(res):
@@ -367,7 +387,7 @@ def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Pat
         before = res.get("wall_seconds", 0.0)
         res.update(settings=settings, provenance=provenance(), rows=res.get("rows", {}))
         todo = [s for s in pes if s not in res["rows"]]
-        train_tokens, test_tokens = (corpus_tokens("train"), corpus_tokens("test")) if todo else (None, None)
+        train_tokens, test_tokens = (_corpus(corpus, "train"), _corpus(corpus, "test")) if todo else (None, None)
         bar = tqdm(todo, desc="sweep", unit="PE", disable=not progress, file=sys.stderr)
         for spec in bar:
             bar.set_postfix_str(spec)
@@ -524,7 +544,8 @@ def _out_dir(a, what: str, required: bool = True) -> Optional[Path]:
 
 
 def _protocol(a) -> Protocol:
-    return Protocol(protocol=a.protocol, k=a.k, n_windows=a.n_windows, stride=a.stride, max_factor=a.max_factor)
+    return Protocol(protocol=a.protocol, k=a.k, n_windows=a.n_windows, stride=a.stride, max_factor=a.max_factor,
+                    anchored=a.anchored)
 
 
 def _cmd_train(a):
@@ -537,7 +558,7 @@ def _cmd_train(a):
     extra = {} if a.ckpt_every is None else {"ckpt_every": a.ckpt_every}
     tcfg = TrainConfig(steps=a.steps, batch_size=a.batch_size, length=a.train_len, lr=a.lr, warmup=a.warmup,
                        seed=a.seed, device=a.device, dtype=a.dtype, compile=a.compile, **extra)
-    _, hist = train_run(mcfg, tcfg, out, progress=not a.quiet)
+    _, hist = train_run(mcfg, tcfg, out, progress=not a.quiet, tokens=_corpus(a.corpus, "train"))
     loss = f"final loss {hist[-1]['loss']:.4f}" if hist else "nothing left to train"
     print(f"trained {a.pe} ({a.preset}, train length {a.train_len}) to step {tcfg.steps}; {loss}; run dir {out}")
 
@@ -558,14 +579,14 @@ def _cmd_eval(a):
     tl, step, pe = state["model"]["max_len"], state["step"], state["model"]["pe"]
     lens = a.lengths or eval_lengths(tl, p.max_factor)
     check_protocol(p, lens)
-    test = corpus_tokens(a.split)
+    test = _corpus(a.corpus, a.split)
     check_lengths(lens, len(test), a.split)
     model = load_model(run, _device_name(a.device))
     from lengthx.evaluate import check_protocol_args, plan_eval
     for L in lens:                                     # every length checked, and its memory planned, before any work
         kw = p.kwargs(L, tl)
         check_protocol_args(kw["protocol"], len(test), L, k=kw["k"], stride=kw["stride"], n_windows=kw["n_windows"],
-                            max_tokens=kw["max_tokens"])
+                            max_tokens=kw["max_tokens"], anchor=kw["anchor"])
         plan_eval(model, L)                            # ValueError (exit 2) when no path fits the memory budget
     _say(f"lengthx eval: {run}: {pe}, trained at length {tl}, checkpoint at step {step}")
     ppl = {}
@@ -594,7 +615,7 @@ def _cmd_sweep(a):
     print(f"lengthx sweep: {len(pes)} PEs, {b.preset} model trained at {b.train_len} for {b.steps} steps, "
          f"evaluated at 1x..{p.max_factor}x ({p.label(b.train_len, b.train_len).rsplit(', L=', 1)[0]}) -> {out}", flush=True)
     res = run_sweep(pes, a.budget if not over else b, out, protocol=p, seed=a.seed, device=a.device,
-                    progress=not a.quiet, command=a.command, figure=True, ymax=a.ymax)
+                    progress=not a.quiet, command=a.command, figure=True, ymax=a.ymax, corpus=a.corpus)
     print(f"perplexity ({p.label(b.train_len, b.train_len).rsplit(', L=', 1)[0]}, L = the column)")
     print(sweep_table(res))
     print(f"wrote {out / 'results.json'} and {out / 'sweep.png'}")
@@ -702,6 +723,7 @@ def _add_protocol(p) -> None:
     g.add_argument("--n-windows", type=_positive, default=PROTOCOL.n_windows, help="windows per length (nonoverlap, sliding: a budget of n-windows x L tokens)")
     g.add_argument("--stride", type=_positive, default=PROTOCOL.stride, help="sliding: the window's step (default: L/2)")
     g.add_argument("--max-factor", type=_power_of_two, default=PROTOCOL.max_factor, help="evaluate at 1x, 2x, 4x, ... this many times the training length")
+    g.add_argument("--unanchored", dest="anchored", action="store_false", help="last_k: spread the windows at each length (default: anchored, the same targets at every length up to max-factor x the training length)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -713,7 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"lengthx {__version__}")
     ap.add_argument("--help-pe", metavar="NAME", nargs="?", const="all", help="print the options of one PE family (no NAME: all families) and exit")
     ap.add_argument("--debug", action="store_true", help="show the full traceback of an error (also LENGTHX_DEBUG=1)")
-    sub = ap.add_subparsers(dest="cmd", metavar="{train,eval,sweep,bench,tasks}")
+    sub = ap.add_subparsers(dest="cmd", metavar="{train,eval,sweep,bench,tasks,reproduce}")
 
     t = sub.add_parser("train", help="train one model on the embedded corpus", **kw)
     t.add_argument("--pe", default="rope", help="positional encoding spec, e.g. rope, alibi, yarn:s=8 (lengthx --help-pe)")
@@ -792,6 +814,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--out", metavar="DIR", default=None, help="write DIR/results.json after every run; rerun to resume (default: print only)")
     _add_quiet(k)
     k.set_defaults(fn=_cmd_tasks)
+    for p in (t, e, s): _add_corpus(p)
+    _add_reproduce(sub, kw)   # lengthx reproduce and --corpus (the cell below)
     return ap
 
 
@@ -806,6 +830,55 @@ def _choices(s: str, allowed: Sequence[str]) -> list[str]:
     bad = [x for x in v if x not in allowed]
     if bad: raise argparse.ArgumentTypeError(f"unknown {bad[0]!r}; choose from {', '.join(allowed)}")
     return v
+
+# %% ../nbs/54_cli.ipynb #4ebd9d61
+def _corpus_name(s: str) -> str:
+    "A corpus name or directory (argparse type): checked when the arguments are read, before any work."
+    from lengthx.experiments import check_corpus
+    try: return check_corpus(s)
+    except ValueError as e: raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _add_corpus(p) -> None:
+    p.add_argument("--corpus", type=_corpus_name, default="stdlib", help="corpus: stdlib (embedded), pg19, arxiv, github, wikitext103 (Hugging Face, needs `datasets`), or a directory of text files")
+
+
+def _corpus(corpus: str, split: str):
+    "One split of `--corpus` as tokens, after a one-line check of the name (`lengthx.experiments.check_corpus`)."
+    from lengthx.experiments import check_corpus, corpus_split
+    return corpus_split(check_corpus(corpus), split)
+
+
+def _add_reproduce(sub, kw: dict) -> None:
+    "The `reproduce` subcommand: named experiment units at a budget, one result file each (`lengthx.experiments`)."
+    from lengthx.experiments import BUDGET_NAMES, UNITS
+    r = sub.add_parser("reproduce", help="regenerate the book's results: named units, one JSON file each, resumable", **kw)
+    r.add_argument("--budget", default="cpu", choices=BUDGET_NAMES, help="scale of every unit: smoke (seconds, a test), cpu (the book's results), colab (one GPU), paper (the papers' scale)")
+    _alias(r, "--preset", "--budget", "budget", choices=BUDGET_NAMES)
+    r.add_argument("--only", type=lambda v: _choices(v, UNITS), default=None, help=f"comma list of units (default: all of {','.join(UNITS)})")
+    r.add_argument("--out", metavar="DIR", default=None, help="where <unit>_<budget>.json go, and runs/ (default: nbs/results in lengthx's own checkout, else ./results)")
+    _add_device(r)
+    _add_corpus(r)
+    r.add_argument("--seed", type=int, default=0, help="base seed (units with several seeds use seed, seed+1, ...)")
+    r.add_argument("--allow-dirty", action="store_true", help="write results from a checkout with uncommitted changes (the diff's hash is recorded)")
+    r.add_argument("--estimate", action="store_true", help="print the ESTIMATED GPU training time of the budget's units and exit")
+    _add_quiet(r)
+    r.set_defaults(fn=_cmd_reproduce)
+
+
+def _cmd_reproduce(a):
+    "`lengthx reproduce`: check every argument, print what will run, run it."
+    from lengthx import experiments as X
+    if a.estimate:
+        print(X.estimate_table(a.budget))
+        return
+    out = _out_dir(a, "the result files", required=False) or X.default_out()
+    units = a.only or list(X.UNITS)
+    print(f"lengthx reproduce: {', '.join(units)} at budget {a.budget} -> {out}", flush=True)
+    if a.budget in ("colab", "paper"): print(X.estimate_table(a.budget), flush=True)
+    paths = X.reproduce(units, a.budget, out, device=_device_name(a.device), allow_dirty=a.allow_dirty, seed=a.seed,
+                        corpus=a.corpus, progress=not a.quiet, command=a.command)
+    for u, p in paths.items(): print(f"{u}: {p}")
 
 # %% ../nbs/54_cli.ipynb #80171439
 def pe_help_text(name: str) -> str:
@@ -840,7 +913,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(pe_help_text(a.help_pe.strip().lower()))
             return 0
         if a.cmd is None:
-            raise UsageError("lengthx: error: choose a command: train, eval, sweep, bench or tasks (see lengthx --help)")
+            raise UsageError("lengthx: error: choose a command: train, eval, sweep, bench, tasks or reproduce (see lengthx --help)")
         prog, a.command = f"lengthx {a.cmd}", "lengthx " + " ".join(argv)
         a.fn(a)
         return 0

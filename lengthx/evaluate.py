@@ -36,7 +36,7 @@ def _int_arg(name: str, v, lo: int = 1, hi: Optional[int] = None, why: str = "")
 
 
 def check_protocol_args(protocol: str, n_tokens: int, length: int, *, k: int = 256, stride: Optional[int] = None,
-                        n_windows: int = 16, max_tokens: Optional[int] = None) -> None:
+                        n_windows: int = 16, max_tokens: Optional[int] = None, anchor: Optional[int] = None) -> None:
     "Raise a one-line ValueError naming the first bad argument and its accepted range; return None when all are valid."
     if protocol not in PROTOCOLS: raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
     _int_arg("n_tokens", n_tokens, 2, why=" (a window needs an input and a target)")
@@ -46,6 +46,9 @@ def check_protocol_args(protocol: str, n_tokens: int, length: int, *, k: int = 2
     _int_arg("n_windows", n_windows, 1)
     if stride is not None: _int_arg("stride", stride, 1, length, why=" (the new tokens of each sliding window)")
     if max_tokens is not None: _int_arg("max_tokens", max_tokens, length, why=" (at least one window of length)")
+    if anchor is not None:
+        if protocol != "last_k": raise ValueError(f"anchor is a last_k option, not one of {protocol}")
+        _int_arg("anchor", anchor, length, n_tokens - 1, why=" (the longest length whose targets every length shares)")
 
 
 def _spread_starts(span: int, n: int) -> list[int]:
@@ -53,11 +56,15 @@ def _spread_starts(span: int, n: int) -> list[int]:
     return [round(i * span / (n - 1)) for i in range(n)] if n > 1 else [0]
 
 
-def last_k_windows(n_tokens: int, length: int, k: int = 256, n_windows: int = 16) -> list[tuple[int, int]]:
-    "DAPE: `n_windows` windows of `length` spread over the stream, scoring the last `k` targets of each."
-    check_protocol_args("last_k", n_tokens, length, k=k, n_windows=n_windows)
-    span = n_tokens - length - 1
-    return [(s, length - k) for s in _spread_starts(span, min(n_windows, span + 1))]
+def last_k_windows(n_tokens: int, length: int, k: int = 256, n_windows: int = 16,
+                   anchor: Optional[int] = None) -> list[tuple[int, int]]:
+    "DAPE: `n_windows` windows of `length` scoring their last `k` targets; anchored: the same targets at every length ≤ `anchor`."
+    check_protocol_args("last_k", n_tokens, length, k=k, n_windows=n_windows, anchor=anchor)
+    if anchor is None:
+        span = n_tokens - length - 1
+        return [(s, length - k) for s in _spread_starts(span, min(n_windows, span + 1))]
+    span = n_tokens - 1 - anchor     # window ends (the last scored target) fixed in anchor..n-1; start = end - length
+    return [(anchor + e - length, length - k) for e in _spread_starts(span, min(n_windows, span + 1))]
 
 
 def nonoverlap_windows(n_tokens: int, length: int, max_tokens: Optional[int] = None) -> list[tuple[int, int]]:
@@ -80,10 +87,12 @@ def sliding_windows(n_tokens: int, length: int, stride: Optional[int] = None,
 
 
 def protocol_windows(protocol: str, n_tokens: int, length: int, *, k: int = 256, stride: Optional[int] = None,
-                     n_windows: int = 16, max_tokens: Optional[int] = None) -> list[tuple[int, int]]:
+                     n_windows: int = 16, max_tokens: Optional[int] = None,
+                     anchor: Optional[int] = None) -> list[tuple[int, int]]:
     "The (start, scored-from) windows of a named protocol, after checking every argument."
-    check_protocol_args(protocol, n_tokens, length, k=k, stride=stride, n_windows=n_windows, max_tokens=max_tokens)
-    if protocol == "last_k": return last_k_windows(n_tokens, length, k, n_windows)
+    check_protocol_args(protocol, n_tokens, length, k=k, stride=stride, n_windows=n_windows, max_tokens=max_tokens,
+                        anchor=anchor)
+    if protocol == "last_k": return last_k_windows(n_tokens, length, k, n_windows, anchor)
     if protocol == "nonoverlap": return nonoverlap_windows(n_tokens, length, max_tokens)
     return sliding_windows(n_tokens, length, stride, max_tokens)
 
@@ -230,9 +239,10 @@ def plan_eval(model, length: int, *, batch: int = 1, budget: Optional[int] = Non
 def perplexity(model: Callable, tokens: Tensor, length: int, *, protocol: str = "last_k", k: int = 256,
                stride: Optional[int] = None, n_windows: int = 16, max_tokens: Optional[int] = None,
                tokens_per_batch: int = 8192, progress: bool = False, mem_budget: Optional[int] = None,
-               return_plan: bool = False):
+               return_plan: bool = False, anchor: Optional[int] = None):
     "Perplexity of `model` on `tokens` at evaluation length `length` under `protocol` (and the EvalPlan if asked)."
-    wins = protocol_windows(protocol, len(tokens), length, k=k, stride=stride, n_windows=n_windows, max_tokens=max_tokens)
+    wins = protocol_windows(protocol, len(tokens), length, k=k, stride=stride, n_windows=n_windows, max_tokens=max_tokens,
+                            anchor=anchor)
     plan = plan_eval(model, length, batch=max(1, min(len(wins), tokens_per_batch // length)), budget=mem_budget)
     if plan.switched and plan.default_path is not None:
         print(f"lengthx: L={length}: {plan.describe()} (path {plan.default_path!r} would exceed it)", file=sys.stderr)

@@ -48,7 +48,7 @@ def test_help_is_fast_because_torch_is_not_imported():
     r = subprocess.run([sys.executable, "-c", "import sys, lengthx.cli as c; c.build_parser().format_help(); "
                         "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('lengthx.')))"],
                        capture_output=True, text=True)
-    assert r.stdout.strip() == "['lengthx.cli']", r.stdout + r.stderr
+    assert r.stdout.strip() == "['lengthx.cli', 'lengthx.experiments']", r.stdout + r.stderr   # no torch
     r = run_cli(["--help"])
     assert r.returncode == 0 and all(c in r.stdout for c in ("train", "eval", "sweep", "bench", "tasks"))
 
@@ -61,7 +61,7 @@ def test_version_matches_settings_ini():
 
 def test_every_option_has_help_and_shows_its_default():
     subs = cli._subparsers(cli.build_parser())
-    assert set(subs) == {"train", "eval", "sweep", "bench", "tasks"}
+    assert set(subs) == {"train", "eval", "sweep", "bench", "tasks", "reproduce"}
     for name, p in subs.items():
         text = p.format_help()
         for act in p._actions:
@@ -214,7 +214,7 @@ def test_train_resume_eval_round_trip(tmp_path, capsys):
                  "--quiet"]) == 0
     cap = capsys.readouterr()
     lines = [ln for ln in cap.out.splitlines() if ln.startswith("ppl=")]
-    assert len(lines) == 2 and lines[1].endswith("(last_k, k=8, 2 windows, L=32)"), cap.out
+    assert len(lines) == 2 and lines[1].endswith("(last_k, k=8, 2 windows, anchored at 256, L=32)"), cap.out
     assert "checkpoint at step 3" in cap.err
     res = json.loads((out / "eval.json").read_text())
     assert set(res["ppl"]) == {"16", "32"} and all(1 < v < 1000 for v in res["ppl"].values())
@@ -239,7 +239,7 @@ def test_resuming_says_from_which_step(tmp_path, capsys):
 def test_eval_default_k_is_the_training_length(trained, capsys):
     assert main(["eval", "--run", str(trained), "--max-factor", "2", "--n-windows", "2", "--quiet"]) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("ppl=")]
-    assert [ln.split("(")[1] for ln in lines] == ["last_k, k=16, 2 windows, L=16)", "last_k, k=16, 2 windows, L=32)"]
+    assert [ln.split("(")[1] for ln in lines] == ["last_k, k=16, 2 windows, anchored at 32, L=16)", "last_k, k=16, 2 windows, anchored at 32, L=32)"]
 
 
 def test_old_option_names_still_work(tmp_path, capsys):
@@ -282,7 +282,7 @@ def test_sweep_rows_accumulate_and_are_readable_by_all(tmp_path, capsys):
     assert res["settings"]["preset"] == "tiny" and res["command"].startswith("lengthx sweep")
     assert stat.S_IMODE((out / "results.json").stat().st_mode) == 0o644
     table = capsys.readouterr().out
-    assert "| 16 (1x) | 32 (2x) |" in table and "(last_k, k=16, 2 windows, L = the column)" in table
+    assert "| 16 (1x) | 32 (2x) |" in table and "(last_k, k=16, 2 windows, anchored at 32, L = the column)" in table
     before = (out / "results.json").read_bytes()
     assert main([*SWEEP, "--pes", "nope", "--n-windows", "3", "--out", str(out)]) == 2    # other settings: refused
     assert "n_windows differ" in one_error_line(capsys.readouterr().err)

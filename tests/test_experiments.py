@@ -1,0 +1,239 @@
+"""`lengthx reproduce`: every unit end to end at the smoke budget, one schema, provenance, skip, resume, refusals;
+the anchored last_k protocol; the reader of older result files."""
+import json
+import math
+import stat
+from pathlib import Path
+
+import pytest
+import torch
+
+from lengthx import cli
+from lengthx import experiments as X
+from lengthx.cli import main
+from lengthx.evaluate import check_protocol_args, last_k_windows, perplexity, window_losses
+
+ROOT = Path(__file__).resolve().parent.parent
+PROV_KEYS = {"git_sha", "git_dirty", "git_diff_sha256", "source_sha256", "lengthx", "python", "torch", "device",
+             "device_used", "threads", "seed", "command", "wall_seconds", "time"}
+
+
+def reproduce(out, *args):
+    return main(["reproduce", "--budget", "smoke", "--out", str(out), "--quiet", "--device", "cpu", *args])
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    "The whole smoke budget, once, in-process (about 20 s on one core)."
+    out = tmp_path_factory.mktemp("smoke")
+    assert reproduce(out, "--allow-dirty") == 0
+    return out
+
+
+def test_every_unit_writes_one_result_in_the_schema(smoke):
+    for unit in X.UNITS:
+        path = smoke / f"{unit}_smoke.json"
+        rec = json.loads(path.read_text())
+        assert set(rec) == set(X.SCHEMA) and rec["unit"] == unit and rec["preset"] == "smoke"
+        assert rec["settings"] == json.loads(json.dumps(X.unit_settings(unit, "smoke")))
+        assert PROV_KEYS <= set(rec["provenance"]), unit
+        p = rec["provenance"]
+        assert p["command"].startswith("lengthx reproduce --budget smoke") and p["seed"] == 0 and p["wall_seconds"] >= 0
+        assert len(p["source_sha256"]) == 64 and (p["git_dirty"] is not True or len(p["git_diff_sha256"]) == 64)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+        assert not (smoke / "runs" / "smoke" / f"{unit}.partial.json").exists()   # finished: no partial state left
+    main_rows = json.loads((smoke / "main_smoke.json").read_text())["result"]["rows"]
+    assert set(main_rows) == {f"{s}|seed=0" for s in X.unit_settings("main", "smoke")["specs"]}
+    for row in main_rows.values():
+        lens = [str(16 * f) for f in (1, 2, 4)]
+        assert set(row["ppl"]) == {"last_k", "nonoverlap", "last_k_common"}
+        assert all(list(row["ppl"][p]) == lens for p in row["ppl"])
+        assert all(isinstance(v, float) and 1 < v < 1000 for p in row["ppl"].values() for v in p.values())
+    cot = json.loads((smoke / "cot_smoke.json").read_text())["result"]
+    assert set(cot["seeds"]) == {"0", "1"} and all(len(s["acc"]) == 2 for s in cot["summary"].values())
+    pos = json.loads((smoke / "position_smoke.json").read_text())["result"]
+    assert "kerple_log windowed@16" in pos["nll"] and all(len(v) == 64 for v in pos["nll"].values())
+
+
+def test_a_rerun_skips_finished_units(smoke, capsys):
+    before = {p.name: p.read_bytes() for p in smoke.glob("*.json")}
+    assert reproduce(smoke, "--allow-dirty") == 0
+    assert {p.name: p.read_bytes() for p in smoke.glob("*.json")} == before
+    assert capsys.readouterr().err.count("(same settings), skipped") == 0   # --quiet: nothing said on stderr
+
+
+def test_only_runs_the_named_units(tmp_path):
+    assert reproduce(tmp_path, "--only", "recall,cost", "--allow-dirty") == 0
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["cost_smoke.json", "recall_smoke.json"]
+    assert reproduce(tmp_path, "--only", "recall,nonsense") == 2
+
+
+def test_other_settings_in_the_output_are_refused(tmp_path, capsys):
+    assert reproduce(tmp_path, "--only", "recall", "--allow-dirty") == 0
+    path = tmp_path / "recall_smoke.json"
+    rec = json.loads(path.read_text())
+    rec["settings"]["steps"] = 99
+    path.write_text(json.dumps(rec))
+    assert reproduce(tmp_path, "--only", "recall", "--allow-dirty") == 2
+    assert "other settings (steps differ)" in capsys.readouterr().err
+    assert json.loads(path.read_text())["settings"]["steps"] == 99          # never overwritten
+
+
+def test_a_dirty_checkout_is_refused_unless_allowed(tmp_path, monkeypatch, capsys):
+    real = cli.provenance
+    monkeypatch.setattr(cli, "provenance", lambda: {**real(), "git_sha": "0" * 40, "git_dirty": True,
+                                                     "git_diff_sha256": "f" * 64})
+    assert reproduce(tmp_path, "--only", "recall") == 2
+    err = capsys.readouterr().err
+    assert "uncommitted changes" in err and "--allow-dirty" in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("*.json"))
+    assert reproduce(tmp_path, "--only", "recall", "--allow-dirty") == 0
+    p = json.loads((tmp_path / "recall_smoke.json").read_text())["provenance"]
+    assert p["git_dirty"] is True and p["git_diff_sha256"] == "f" * 64
+
+
+def test_a_clean_checkout_needs_no_flag(tmp_path, monkeypatch):
+    real = cli.provenance
+    monkeypatch.setattr(cli, "provenance", lambda: {**real(), "git_sha": "1" * 40, "git_dirty": False, "git_diff_sha256": None})
+    assert reproduce(tmp_path, "--only", "recall") == 0
+    assert json.loads((tmp_path / "recall_smoke.json").read_text())["provenance"]["git_dirty"] is False
+
+
+def test_an_interrupted_unit_resumes(tmp_path, monkeypatch, capsys):
+    "Killed while training its second model: the rerun keeps the first model's row and resumes the second's training."
+    from lengthx import train as T
+    real_train_run = cli.train_run
+
+    def killed(mcfg, tcfg, run_dir, **kw):
+        if mcfg.pe == "rope":          # the second spec: two steps, then Ctrl-C
+            T.train(mcfg, tcfg, tokens=kw["tokens"], run_dir=run_dir, progress=False, stop_after=2)
+            raise KeyboardInterrupt
+        return real_train_run(mcfg, tcfg, run_dir, **kw)
+
+    monkeypatch.setattr(cli, "train_run", killed)
+    assert reproduce(tmp_path, "--only", "main", "--allow-dirty") == 130
+    partial = json.loads((tmp_path / "runs" / "smoke" / "main.partial.json").read_text())
+    assert list(partial["items"]) == ["nope|seed=0"] and not (tmp_path / "main_smoke.json").exists()
+    monkeypatch.setattr(cli, "train_run", real_train_run)
+    rows_made = []
+    real_row = X.lm_row
+    monkeypatch.setattr(X, "lm_row", lambda ctx, S, spec, seed, g: rows_made.append(spec) or real_row(ctx, S, spec, seed, g))
+    capsys.readouterr()
+    assert reproduce(tmp_path, "--only", "main", "--allow-dirty") == 0
+    assert "nope" not in rows_made and rows_made[0] == "rope"                 # the finished row was kept
+    assert "resuming from step 2" in capsys.readouterr().err                   # training resumed from its checkpoint
+    rows = json.loads((tmp_path / "main_smoke.json").read_text())["result"]["rows"]
+    assert rows["nope|seed=0"] == partial["items"]["nope|seed=0"] and len(rows) == 4
+    assert not (tmp_path / "runs" / "smoke" / "main.partial.json").exists()
+
+
+def test_bad_corpus_and_budget_are_one_line_errors(tmp_path, capsys):
+    assert reproduce(tmp_path, "--only", "main", "--corpus", "pg-19", "--allow-dirty") == 2
+    assert "unknown corpus 'pg-19'" in capsys.readouterr().err
+    assert main(["reproduce", "--preset", "laptop", "--out", str(tmp_path)]) == 2   # --preset: the hidden alias
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_a_directory_corpus(tmp_path):
+    d = tmp_path / "texts"
+    d.mkdir()
+    for i in range(60): (d / f"f{i}.txt").write_text(f"document {i} " * 40)
+    toks = X.corpus_split(X.check_corpus(str(d)), "train")
+    assert toks.ndim == 1 and len(toks) > 1000
+
+
+def test_colab_estimate_is_labelled_and_follows_the_flop_model():
+    from lengthx.model import GPTConfig, flops_per_token
+    text = X.estimate_table("colab")
+    assert text.startswith("ESTIMATE") and "assumed" in text
+    S = X.unit_settings("main", "colab")
+    f = len(S["specs"]) * S["steps"] * S["batch_size"] * 128 * flops_per_token(GPTConfig.preset("small", pe="nope", max_len=128), 128)
+    assert math.isclose(X.lm_train_flops("colab"), f)
+
+
+# --- the anchored last_k protocol ------------------------------------------------------------------------------
+
+def _targets(wins, L): return sorted(s + t + 1 for s, f in wins for t in range(f, L))
+
+
+def test_anchored_last_k_scores_the_same_targets_at_every_length():
+    n, k, anchor = 5000, 32, 1024
+    ref = _targets(last_k_windows(n, 32, k, 8, anchor=anchor), 32)
+    for L in (32, 64, 128, 256, 512, 1024):
+        wins = last_k_windows(n, L, k, 8, anchor=anchor)
+        assert _targets(wins, L) == ref and all(s >= 0 and s + L + 1 <= n for s, _ in wins)
+    assert len(set(ref)) == 8 * k and max(ref) == n - 1
+    assert _targets(last_k_windows(n, 32, k, 8), 32) != _targets(last_k_windows(n, 1024, k, 8), 1024)   # unanchored moves
+    with pytest.raises(ValueError, match="anchor"): check_protocol_args("last_k", n, 2048, k=k, anchor=1024)
+    with pytest.raises(ValueError, match="anchor"): check_protocol_args("nonoverlap", n, 64, anchor=1024)
+
+
+def test_anchored_perplexity_is_the_mean_over_those_targets():
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 50, (3000,))
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 50))        # a bigram model: logits from the current token
+    for L in (16, 64):
+        wins = last_k_windows(len(tokens), L, 16, 4, anchor=256)
+        nll = window_losses(model, tokens, wins, L)[:, L - 16:]
+        assert math.isclose(perplexity(model, tokens, L, k=16, n_windows=4, anchor=256), math.exp(nll.double().mean()),
+                            rel_tol=1e-9)
+
+
+def test_cli_protocol_anchors_last_k_at_the_longest_default_length():
+    p = cli.PROTOCOL
+    assert p.anchored and p.kwargs(64, 64)["anchor"] == 64 * p.max_factor and "anchored at 1024" in p.label(64, 64)
+    assert cli.Protocol(anchored=False).kwargs(64, 64)["anchor"] is None
+    assert cli.Protocol(protocol="nonoverlap").kwargs(64, 64)["anchor"] is None
+
+
+# --- reading results ----------------------------------------------------------------------------------------------
+
+def test_the_committed_older_files_read_without_changing_a_number():
+    recs = X.load_results([ROOT / "nbs" / "results"])
+    legacy = [r for r in recs if r["provenance"].get("legacy")]
+    assert {r["unit"] for r in legacy} >= {"main", "seeds", "cdape", "protocols", "position", "cost", "che", "recall", "cot", "sweep"}
+    raw = json.loads((ROOT / "nbs" / "results" / "experiments_cpu.json").read_text())
+    view = X.experiments_view(recs, "cpu")
+    assert view["units"]["rope|seed=0"]["ppl"] == raw["units"]["rope|seed=0"]["ppl"]
+    assert view["units"]["cdape:k=3:kerple_log|seed=0"]["group"] == "main"
+    cot = X.pick(recs, "cot", "cpu")
+    raw_cot = json.loads((ROOT / "nbs" / "results" / "cot_cpu.json").read_text())
+    assert cot["result"]["seeds"]["0"] == raw_cot["result"] and cot["provenance"]["git_sha"] == raw_cot["provenance"]["git_sha"]
+    assert "older format: cot_cpu.json" in X.provenance_line(cot)
+
+
+def test_results_from_another_directory_are_grouped_by_device(smoke, tmp_path, monkeypatch):
+    gpu = json.loads((smoke / "main_smoke.json").read_text())
+    gpu["provenance"].update(cuda_device="NVIDIA L4", device="cuda:NVIDIA L4", device_used="cuda")
+    (tmp_path / "main_smoke.json").write_text(json.dumps(gpu))
+    monkeypatch.setenv("LENGTHX_RESULTS", str(tmp_path))
+    monkeypatch.chdir(ROOT)
+    recs = X.load_results()
+    assert X.pick(recs, "main", "smoke", gpu=True)["provenance"]["cuda_device"] == "NVIDIA L4"
+    assert X.pick(recs, "main", "cpu", gpu=False)["provenance"].get("legacy")
+    assert "| smoke | NVIDIA L4 | main |" in X.results_overview(recs)
+
+
+def test_corpus_option_on_train_eval_and_sweep(tmp_path, capsys):
+    d = tmp_path / "texts"
+    d.mkdir()
+    for i in range(80): (d / f"f{i}.txt").write_text(f"line {i} of a small corpus\n" * 30)
+    tiny = ["--pe", "nope", "--train-len", "16", "--steps", "2", "--batch-size", "2", "--quiet"]
+    assert main(["train", *tiny, "--corpus", str(d), "--out", str(tmp_path / "run")]) == 0
+    assert main(["eval", "--run", str(tmp_path / "run"), "--corpus", str(d), "--max-factor", "2", "--n-windows", "2", "--quiet"]) == 0
+    assert main(["train", *tiny, "--out", str(tmp_path / "run")]) == 2          # the stdlib is another run's data: refused
+    assert main(["sweep", "--pes", "nope", "--budget", "quick", "--steps", "2", "--train-len", "16", "--max-factor", "2",
+                 "--n-windows", "2", "--corpus", str(d), "--out", str(tmp_path / "sw"), "--quiet"]) == 0
+    assert json.loads((tmp_path / "sw" / "results.json").read_text())["settings"]["corpus"] == str(d.resolve())
+    capsys.readouterr()
+    for cmd in (["train", "--out", "x"], ["eval", "--run", "x"], ["sweep"], ["reproduce"]):
+        assert main([*cmd, "--corpus", "pg-19"]) == 2
+        assert "unknown corpus 'pg-19'" in capsys.readouterr().err
+
+
+def test_another_seed_writes_its_own_files(tmp_path):
+    assert reproduce(tmp_path, "--only", "recall", "--allow-dirty") == 0
+    assert reproduce(tmp_path, "--only", "recall", "--seed", "3", "--allow-dirty") == 0
+    recs = {p.name: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
+    assert set(recs) == {"recall_smoke.json", "recall_smoke_seed3.json"}
+    assert recs["recall_smoke_seed3.json"]["settings"]["seed"] == 3 and recs["recall_smoke.json"]["settings"]["seed"] == 0
