@@ -16,7 +16,7 @@ from .bias import relative_positions, squeeze_batch
 # %% auto #0
 __all__ = ['WINDOW_NEG', 'window_bias', 'WindowPE', 'with_window']
 
-# %% ../../nbs/70_experiments.ipynb #9475574d
+# %% ../../nbs/70_experiments.ipynb #3d7f2e53
 WINDOW_NEG = -1.0e4   # the logit added beyond the window: exp(-1e4) == 0 in float32/bf16/fp16
 
 
