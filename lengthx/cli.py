@@ -247,24 +247,13 @@ def lengthx_checkout() -> Optional[Path]:
 
 
 def provenance() -> dict:
-    "Versions, device, the package's source hash, and its git sha (clean or not, with the diff's hash) only in lengthx's own checkout."
+    "Versions, device and threads, plus `lengthx.train.package_provenance()`: the source hash, and the git sha, dirty flag and diff hash only in lengthx's own checkout."
     import torch
-    import lengthx
-    pkg = Path(lengthx.__file__).resolve().parent
-    digest = hashlib.sha256()
-    for f in sorted(pkg.rglob("*.py")):
-        digest.update(f.relative_to(pkg).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-    own = lengthx_checkout() is not None
-    dirty = bool(_git(pkg, "status", "--porcelain", "--", ".")) if own else None
-    diff = _git(pkg, "diff", "HEAD", "--", ".") if dirty else ""
-    return {"lengthx": lengthx.__version__, "python": platform.python_version(), "torch": torch.__version__,
+    from lengthx.train import package_provenance
+    return {**package_provenance(), "python": platform.python_version(), "torch": torch.__version__,
             "platform": platform.platform(),
             "device": ("cuda:" + torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu",
-            "threads": torch.get_num_threads(), "source_sha256": digest.hexdigest(),
-            "git_sha": _git(pkg, "rev-parse", "HEAD") if own else None,      # never the sha of a user's repository
-            "git_dirty": dirty,                                             # of the package's files (lengthx/)
-            "git_diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if dirty else None,
-            "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "threads": torch.get_num_threads(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 RESULTS_MODE = 0o644   # results are for everyone to read, like any file a command writes

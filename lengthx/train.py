@@ -896,7 +896,8 @@ def package_provenance() -> dict:
     h = hashlib.sha256()
     for p in sorted(pkg.rglob("*.py"), key=lambda p: p.relative_to(pkg).as_posix()):
         h.update(p.relative_to(pkg).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
-    out = {"lengthx": lengthx.__version__, "source_sha256": h.hexdigest(), "git_sha": None, "git_dirty": None}
+    out = {"lengthx": lengthx.__version__, "source_sha256": h.hexdigest(), "git_sha": None, "git_dirty": None,
+           "git_diff_sha256": None}
 
     def git(*args) -> Optional[str]:
         try:
@@ -907,6 +908,8 @@ def package_provenance() -> dict:
     top = git("rev-parse", "--show-toplevel")
     if top and _is_lengthx_checkout(Path(top)) and (Path(top).resolve() / "lengthx") == pkg:
         out["git_sha"] = git("rev-parse", "HEAD")
-        status = git("status", "--porcelain", "--untracked-files=no")
+        status = git("status", "--porcelain", "--untracked-files=no", "--", ".")   # the package's own files
         out["git_dirty"] = None if status is None else bool(status)
+        if out["git_dirty"]:   # results from uncommitted code name the exact diff they were made with
+            out["git_diff_sha256"] = hashlib.sha256((git("diff", "HEAD", "--", ".") or "").encode()).hexdigest()
     return out

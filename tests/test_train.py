@@ -463,7 +463,7 @@ def test_package_provenance_only_from_lengthx_own_checkout(tmp_path, monkeypatch
     import shutil
     import lengthx
     p = T.package_provenance()
-    assert set(p) == {"lengthx", "source_sha256", "git_sha", "git_dirty"} and p["lengthx"] == lengthx.__version__
+    assert set(p) == {"lengthx", "source_sha256", "git_sha", "git_dirty", "git_diff_sha256"} and p["lengthx"] == lengthx.__version__
     assert len(p["source_sha256"]) == 64
     if (Path(lengthx.__file__).parent.parent / "settings.ini").exists() and p["git_sha"] is not None:
         assert len(p["git_sha"]) == 40 and isinstance(p["git_dirty"], bool)
@@ -483,7 +483,7 @@ def test_package_provenance_only_from_lengthx_own_checkout(tmp_path, monkeypatch
     (repo / "settings.ini").write_text("[DEFAULT]\nlib_name = lengthx\n")
     r = T.package_provenance()
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
-    assert r["git_sha"] == head and r["git_dirty"] is True
+    assert r["git_sha"] == head and r["git_dirty"] is True and len(r["git_diff_sha256"]) == 64
 
 
 def test_metrics_past_the_checkpoint_are_recomputed_with_a_message(reference, tmp_path):
