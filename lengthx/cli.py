@@ -24,9 +24,9 @@ from typing import Optional, Sequence
 # `lengthx --help` and every refused argument answer in a fraction of a second.
 
 # %% auto #0
-__all__ = ['MODEL_PRESETS', 'PROTOCOLS', 'ATTN_PATHS', 'SPLITS', 'PROTOCOL', 'BUDGETS', 'RESULTS_MODE', 'Protocol',
-           'eval_lengths', 'Budget', 'check_cache_dir', 'check_spec', 'expand_specs', 'check_protocol', 'check_lengths',
-           'lengthx_checkout', 'provenance', 'write_results', 'read_results', 'train_run', 'sweep_one',
+__all__ = ['MODEL_PRESETS', 'PROTOCOLS', 'ATTN_PATHS', 'SPLITS', 'PROTOCOL', 'BUDGETS', 'RESULTS_MODE', 'SWEEP_INTERVAL',
+           'Protocol', 'eval_lengths', 'Budget', 'check_cache_dir', 'check_spec', 'expand_specs', 'check_protocol',
+           'check_lengths', 'lengthx_checkout', 'provenance', 'write_results', 'read_results', 'train_run', 'sweep_one',
            'sweep_settings', 'run_sweep', 'format_row', 'sweep_table', 'plot_sweep', 'bench_attention', 'bench_model',
            'UsageError', 'build_parser', 'pe_help_text', 'main', 'options_markdown']
 
@@ -308,6 +308,9 @@ def train_run(mcfg, tcfg, run_dir: Path, *, tokens=None, progress: bool = True, 
     return model, hist
 
 
+SWEEP_INTERVAL = 0.9   # each sweep point carries a 90% bootstrap interval over its windows (chapter 53)
+
+
 def sweep_one(spec: str, budget: Budget, out: Path, *, protocol: Protocol = PROTOCOL, seed: int = 0,
               device: str = "auto", progress: bool = True, train_tokens=None, test_tokens=None) -> dict:
     "Train one PE under `budget` in `out/runs/<spec>` and evaluate it at 1x..max_factor x the training length."
@@ -326,12 +329,13 @@ def sweep_one(spec: str, budget: Budget, out: Path, *, protocol: Protocol = PROT
     t_train = hist[-1]["time"] if hist else time.time() - t0   # cumulative, also across a resumed run
     t_eval = time.time()
     test = corpus_tokens("test") if test_tokens is None else test_tokens
-    ppl = {}
+    ppl, band = {}, {}
     for L in eval_lengths(budget.train_len, protocol.max_factor):
-        try: ppl[L] = perplexity(model, test, L, **protocol.kwargs(L, budget.train_len))
+        try: ppl[L], band[L] = perplexity(model, test, L, interval=SWEEP_INTERVAL, **protocol.kwargs(L, budget.train_len))
         except ValueError as e: ppl[L] = f"error: {e}"
         except torch.OutOfMemoryError as e: ppl[L] = f"error: out of memory ({_one_line(e)[:80]})"
-    return {"spec": spec, "ppl": ppl, "final_train_loss": hist[-1]["loss"] if hist else None,
+    return {"spec": spec, "ppl": ppl, "ppl_interval": {L: [round(lo, 4), round(hi, 4)] for L, (lo, hi) in band.items()},
+            "interval_level": SWEEP_INTERVAL, "final_train_loss": hist[-1]["loss"] if hist else None,
             "train_seconds": round(t_train, 1), "eval_seconds": round(time.time() - t_eval, 1),
             "n_params": model.n_params(), "seed": seed, "protocol": protocol.protocol}
 
@@ -430,6 +434,12 @@ def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[floa
     plot_ppl(curves, st["train_len"], ax=ax, ymax=ymax,
              title=f"lengthx sweep ({st.get('budget', st.get('preset'))}: {st.get('preset', st.get('model'))}, "
                    f"train {st['train_len']}, {st['protocol']})")
+    colors = {ln.get_label(): ln.get_color() for ln in ax.get_lines()}
+    for s, r in res["rows"].items():   # the bootstrap interval over windows, where the sweep stored one
+        band = {int(L): v for L, v in r.get("ppl_interval", {}).items() if int(L) in curves.get(s, {})}
+        if band and s in colors:
+            xs = sorted(band)
+            ax.fill_between(xs, [band[x][0] for x in xs], [band[x][1] for x in xs], color=colors[s], alpha=0.12, lw=0)
     # the right panel ranks PEs by how much perplexity grows from 1x to the longest length they reach
     growth = {s: c[max(c)] / c[min(c)] for s, c in curves.items() if len(c) > 1}
     order = sorted(growth, key=growth.get)

@@ -20,7 +20,8 @@ from tqdm.auto import tqdm
 # %% auto #0
 __all__ = ['PROTOCOLS', 'MEM_FRACTION', 'check_protocol_args', 'last_k_windows', 'nonoverlap_windows', 'sliding_windows',
            'protocol_windows', 'window_losses', 'parse_bytes', 'format_bytes', 'memory_budget', 'estimate_eval_memory',
-           'EvalPlan', 'plan_eval', 'perplexity', 'position_losses', 'ppl_curve', 'eval_lengths', 'plot_ppl']
+           'EvalPlan', 'plan_eval', 'perplexity', 'window_ppl_interval', 'position_losses', 'ppl_curve', 'eval_lengths',
+           'plot_ppl']
 
 # %% ../nbs/53_evaluate.ipynb #12c3b9d5
 PROTOCOLS = ("last_k", "nonoverlap", "sliding")
@@ -239,8 +240,8 @@ def plan_eval(model, length: int, *, batch: int = 1, budget: Optional[int] = Non
 def perplexity(model: Callable, tokens: Tensor, length: int, *, protocol: str = "last_k", k: int = 256,
                stride: Optional[int] = None, n_windows: int = 16, max_tokens: Optional[int] = None,
                tokens_per_batch: int = 8192, progress: bool = False, mem_budget: Optional[int] = None,
-               return_plan: bool = False, anchor: Optional[int] = None):
-    "Perplexity of `model` on `tokens` at evaluation length `length` under `protocol` (and the EvalPlan if asked)."
+               return_plan: bool = False, anchor: Optional[int] = None, interval: Optional[float] = None):
+    "Perplexity of `model` on `tokens` at `length` under `protocol`; with `interval`, also its bootstrap interval over windows."
     wins = protocol_windows(protocol, len(tokens), length, k=k, stride=stride, n_windows=n_windows, max_tokens=max_tokens,
                             anchor=anchor)
     plan = plan_eval(model, length, batch=max(1, min(len(wins), tokens_per_batch // length)), budget=mem_budget)
@@ -249,7 +250,19 @@ def perplexity(model: Callable, tokens: Tensor, length: int, *, protocol: str = 
     nll = window_losses(model, tokens, wins, length, progress=progress, batch=plan.batch, path=plan.path)
     keep = torch.arange(length)[None, :] >= torch.tensor([f for _, f in wins])[:, None]
     ppl = math.exp(nll[keep].double().mean().item())
+    if interval is not None: ppl = (ppl, window_ppl_interval(nll, keep, interval))
     return (ppl, plan) if return_plan else ppl
+
+
+def window_ppl_interval(nll: Tensor, keep: Tensor, level: float = 0.9, n_boot: int = 2000,
+                        seed: int = 0) -> tuple[float, float]:
+    "Percentile bootstrap over windows of exp(Σ scored NLL / Σ scored targets): the spread the choice of windows alone gives."
+    if not 0 < level < 1: raise ValueError(f"interval must be a level in (0, 1), got {level}")
+    s, c = (nll.double() * keep).sum(1), keep.sum(1).double()
+    idx = torch.randint(len(s), (n_boot, len(s)), generator=torch.Generator().manual_seed(seed))
+    boots = torch.exp(s[idx].sum(1) / c[idx].sum(1))
+    lo, hi = torch.quantile(boots, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
+    return float(lo), float(hi)
 
 # %% ../nbs/53_evaluate.ipynb #38b9bf1f
 def position_losses(model: Callable, tokens: Tensor, length: int, *, n_windows: int = 16,

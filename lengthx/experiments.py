@@ -77,12 +77,12 @@ UNIT = {
                              ["dape:kerple_log", ["chunked"], [8192]]],
                   shape=dict(n_heads=8, head_dim=64), reps=3,
                   model=dict(preset="small", length=512, batch_size=1, pes="default")),
-        sweep=dict(pes="default", budget="quick", protocol=dict(n_windows=8))),
+        sweep=dict(pes="default", budget="quick", protocol=dict(n_windows=256))),   # 256 windows: a stable ranking (chapter 53)
 }
-UNIT["colab"] = {**UNIT["cpu"], "sweep": dict(pes="default", budget="colab", protocol=dict(n_windows=8)),
+UNIT["colab"] = {**UNIT["cpu"], "sweep": dict(pes="default", budget="colab", protocol=dict(n_windows=256)),
                  "cost": {**UNIT["cpu"]["cost"], "attention": [[s, ["sdpa", "flex", "chunked"], [2048, 8192, 32768]]
                                                                 for s in ("nope", "alibi", "dape:kerple_log")]}}
-UNIT["paper"] = {**UNIT["colab"], "sweep": dict(pes="default", budget="paper", protocol=dict(n_windows=16))}
+UNIT["paper"] = {**UNIT["colab"], "sweep": dict(pes="default", budget="paper", protocol=dict(n_windows=256))}
 
 # %% ../nbs/72_reproduce.ipynb #3d301ca4
 def _specs(x) -> list[str]:

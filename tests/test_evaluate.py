@@ -177,3 +177,18 @@ def test_absurd_length_is_refused_before_allocating(alibi_model, monkeypatch):
 def test_plain_functions_skip_the_plan():
     plan = plan_eval(uniform, 100, batch=4)
     assert plan.path is None and plan.batch == 4 and not plan.switched
+
+
+def test_bootstrap_interval_brackets_and_narrows():
+    "The interval over windows contains the perplexity, is empty-width for identical windows, and narrows with more windows."
+    import torch
+    from lengthx.evaluate import window_ppl_interval
+    g = torch.Generator().manual_seed(0)
+    keep = torch.ones(8, 16, dtype=torch.bool)
+    same = torch.full((8, 16), 2.0)
+    lo, hi = window_ppl_interval(same, keep)
+    assert abs(lo - math.exp(2.0)) < 1e-9 and abs(hi - math.exp(2.0)) < 1e-9
+    few, many = torch.rand(8, 16, generator=g) * 4, torch.rand(512, 16, generator=g) * 4
+    (l8, h8), (l512, h512) = window_ppl_interval(few, keep), window_ppl_interval(many, torch.ones(512, 16, dtype=torch.bool))
+    assert l8 <= math.exp(few.double().mean()) <= h8 and (h512 - l512) < (h8 - l8)
+    with pytest.raises(ValueError, match="interval"): window_ppl_interval(few, keep, level=1.5)
