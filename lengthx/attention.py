@@ -17,8 +17,8 @@ from torch import Tensor, nn
 
 # %% auto #0
 __all__ = ['PATHS', 'CHUNK_AUTO_LEN', 'MAX_SPEC_DEPTH', 'Positions', 'PEContext', 'PE', 'WrappedPE', 'causal_mask', 'pick_path',
-           'attention', 'Opt', 'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError', 'unknown_pe_error',
-           'parse_spec', 'build_pe', 'pe_help', 'pe_options_markdown', 'check_paths_agree']
+           'additive_mask', 'attention', 'Opt', 'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError',
+           'unknown_pe_error', 'parse_spec', 'build_pe', 'pe_help', 'pe_options_markdown', 'check_paths_agree']
 
 # %% ../nbs/01_attention.ipynb #8cada530
 @dataclass
@@ -185,15 +185,40 @@ def _naive(q, k, v, pe, pos_q, pos_k, mask, layer, bias, scale):
     return w @ v, w
 
 
-def _sdpa(q, k, v, pe, pos, causal, layer, bias, scale):
-    "torch's fused attention: flash when no bias, else the bias (plus causal -inf) as a float mask."
+def additive_mask(pe: PE, pos: Positions, *, causal: bool = True, dtype: torch.dtype = torch.float32,
+                  layer: int = 0, bias: Optional[Tensor] = None) -> Optional[Tensor]:
+    "The bias with the causal mask folded in, bias + (−inf above the diagonal), [H, T, T] or [B, H, T, T] in `dtype`: built once, read by every layer."
+    if bias is None and pe.uses_bias: bias = pe.bias(pos, pos, layer)
+    if bias is None: return None
+    m = bias.to(dtype)
+    if not causal: return m
+    T = m.shape[-1]
+    return m.masked_fill(~causal_mask(m.shape[-2], T, m.device, T - m.shape[-2]), float("-inf"))
+
+
+def _sdpa_masked(q, k, v, mask, causal, scale, block):
+    "sdpa with a prepared additive mask; causal: one call per block of queries against the keys it can see (skips the masked half)."
+    mask = mask.to(q.dtype)
+    full = lambda m: m.expand(q.shape[0], *m.shape[-3:])
+    Tq, Tk = q.shape[2], k.shape[2]
+    if not causal or Tq <= block:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=full(mask), scale=scale)
+    outs, off = [], Tk - Tq
+    for start in range(0, Tq, block):
+        end = min(start + block, Tq)
+        kend = end + off
+        outs.append(F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, :kend], v[:, :, :kend],
+                                                   attn_mask=full(mask[..., start:end, :kend]), scale=scale))
+    return torch.cat(outs, dim=2)
+
+
+def _sdpa(q, k, v, pe, pos, causal, layer, bias, scale, mask=None, block=256):
+    "torch's fused attention: flash when no bias, else the bias plus causal −inf as a float mask (`mask`, when prepared by the caller)."
     if pe.uses_refine or pe.uses_logits:
         raise ValueError(f"path 'sdpa' cannot run {pe.spec!r} (it refines logits or changes the dot product); use 'naive' or 'chunked'")
-    if bias is None and pe.uses_bias: bias = pe.bias(pos, pos, layer)
-    if bias is None: return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
-    m = bias.to(q.dtype)
-    if causal: m = m.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=m.expand(q.shape[0], *m.shape[-3:]), scale=scale)
+    if mask is None: mask = additive_mask(pe, pos, causal=causal, dtype=q.dtype, layer=layer, bias=bias)
+    if mask is None: return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    return _sdpa_masked(q, k, v, mask, causal, scale, block)
 
 
 _FLEX = {}
@@ -236,19 +261,20 @@ def _chunked(q, k, v, pe, pos, causal, layer, scale, block):
 # %% ../nbs/01_attention.ipynb #d6ed26b3
 def attention(q: Tensor, k: Tensor, v: Tensor, pe: PE, pos: Positions, *, causal: bool = True, layer: int = 0,
               path: str = "auto", return_weights: bool = False, bias: Optional[Tensor] = None,
-              block: int = 256):
-    "Multi-head attention [B, H, T, Dh] with positional encoding `pe`: rotate, scale, bias, refine, mask, softmax."
+              block: int = 256, mask: Optional[Tensor] = None):
+    "Multi-head attention [B, H, T, Dh] with positional encoding `pe`: rotate, scale, bias, refine, mask, softmax; `mask` (sdpa only) from `additive_mask`."
     if q.dim() != 4: raise ValueError(f"q, k, v must be [B, H, T, Dh], got q of shape {tuple(q.shape)}")
     if path == "auto": path = pick_path(pe, q.shape[2], q.device, return_weights)
     if path not in PATHS: raise ValueError(f"unknown attention path {path!r}; choose from {PATHS + ('auto',)}")
     if return_weights and path != "naive": raise ValueError("only the 'naive' path returns attention weights")
+    if mask is not None and path != "sdpa": raise ValueError(f"a prepared `mask` is read only by the 'sdpa' path, not {path!r}; pass `bias`")
     if pe.uses_rotate: q, k = pe.rotate(q, k, pos)
     scale = 1.0 / math.sqrt(q.shape[-1])
     if path == "naive":
         mask = causal_mask(q.shape[2], k.shape[2], q.device) if causal else None
         out, w = _naive(q, k, v, pe, pos, pos, mask, layer, bias, scale)
         return (out, w) if return_weights else out
-    if path == "sdpa": return _sdpa(q, k, v, pe, pos, causal, layer, bias, scale)
+    if path == "sdpa": return _sdpa(q, k, v, pe, pos, causal, layer, bias, scale, mask, block)
     if path == "flex": return _flex(q, k, v, pe, pos, causal, layer, scale)
     return _chunked(q, k, v, pe, pos, causal, layer, scale, block)
 
