@@ -246,17 +246,29 @@ def _flex(q, k, v, pe, pos, causal, layer, scale):
         return _flex_fn(q.device)(q, k, v, score_mod=score_mod, scale=scale)
 
 
+def _block_out(q, k, v, pe, pos_q, pos_k, mask, layer, scale):
+    "One query block on the naive path: the output only (what a recomputing backward needs to redo)."
+    return _naive(q, k, v, pe, pos_q, pos_k, mask, layer, None, scale)[0]
+
+
+def _needs_grad(pe: PE, *ts: Tensor) -> bool:
+    "True when autograd will record this call: gradients on, and an input or a PE parameter requires them."
+    return torch.is_grad_enabled() and (any(t.requires_grad for t in ts) or any(p.requires_grad for p in pe.parameters()))
+
+
 def _chunked(q, k, v, pe, pos, causal, layer, scale, block):
-    "The naive path over blocks of queries; each block sees only the keys it may attend to."
+    "The naive path over blocks of queries; each block sees only the keys it may attend to. Under autograd each block is recomputed in backward, so training memory is one block's, not T×T."
+    from torch.utils.checkpoint import checkpoint
     T, outs = q.shape[2], []
+    recompute = _needs_grad(pe, q, k, v)
     for start in range(0, T, block):
         end = min(start + block, T)
         kend = end if causal else k.shape[2]
         mask = causal_mask(end - start, kend, q.device, start) if causal else None
-        o, _ = _naive(q[:, :, start:end], k[:, :, :kend], v[:, :, :kend], pe, pos[start:end], pos[:kend],
-                      mask, layer, None, scale)
-        outs.append(o)
+        args = (q[:, :, start:end], k[:, :, :kend], v[:, :, :kend], pe, pos[start:end], pos[:kend], mask, layer, scale)
+        outs.append(checkpoint(_block_out, *args, use_reentrant=False) if recompute else _block_out(*args))
     return torch.cat(outs, dim=2)
+
 
 # %% ../nbs/01_attention.ipynb #d6ed26b3
 def attention(q: Tensor, k: Tensor, v: Tensor, pe: PE, pos: Positions, *, causal: bool = True, layer: int = 0,
