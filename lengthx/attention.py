@@ -197,11 +197,12 @@ def additive_mask(pe: PE, pos: Positions, *, causal: bool = True, dtype: torch.d
 
 
 def _sdpa_masked(q, k, v, mask, causal, scale, block):
-    "sdpa with a prepared additive mask; causal: one call per block of queries against the keys it can see (skips the masked half)."
+    "sdpa with a prepared additive mask; causal inference: one call per block of queries against the keys it can see (skips the masked half)."
     mask = mask.to(q.dtype)
     full = lambda m: m.expand(q.shape[0], *m.shape[-3:])
     Tq, Tk = q.shape[2], k.shape[2]
-    if not causal or Tq <= block:
+    training = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or mask.requires_grad)
+    if not causal or Tq <= block or training:   # under autograd the sliced blocks cost more in backward than they save
         return F.scaled_dot_product_attention(q, k, v, attn_mask=full(mask), scale=scale)
     outs, off = [], Tk - Tq
     for start in range(0, Tq, block):
