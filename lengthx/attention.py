@@ -17,8 +17,8 @@ from torch import Tensor, nn
 
 # %% auto #0
 __all__ = ['PATHS', 'CHUNK_AUTO_LEN', 'MAX_SPEC_DEPTH', 'Positions', 'PEContext', 'PE', 'WrappedPE', 'causal_mask', 'pick_path',
-           'attention', 'Opt', 'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError', 'unknown_pe_error',
-           'parse_spec', 'build_pe', 'pe_help', 'pe_options_markdown', 'check_paths_agree']
+           'additive_mask', 'attention', 'Opt', 'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError',
+           'unknown_pe_error', 'parse_spec', 'build_pe', 'pe_help', 'pe_options_markdown', 'check_paths_agree']
 
 # %% ../nbs/01_attention.ipynb #8cada530
 @dataclass
@@ -185,15 +185,41 @@ def _naive(q, k, v, pe, pos_q, pos_k, mask, layer, bias, scale):
     return w @ v, w
 
 
-def _sdpa(q, k, v, pe, pos, causal, layer, bias, scale):
-    "torch's fused attention: flash when no bias, else the bias (plus causal -inf) as a float mask."
+def additive_mask(pe: PE, pos: Positions, *, causal: bool = True, dtype: torch.dtype = torch.float32,
+                  layer: int = 0, bias: Optional[Tensor] = None) -> Optional[Tensor]:
+    "The bias with the causal mask folded in, bias + (−inf above the diagonal), [H, T, T] or [B, H, T, T] in `dtype`: built once, read by every layer."
+    if bias is None and pe.uses_bias: bias = pe.bias(pos, pos, layer)
+    if bias is None: return None
+    m = bias.to(dtype)
+    if not causal: return m
+    T = m.shape[-1]
+    return m.masked_fill(~causal_mask(m.shape[-2], T, m.device, T - m.shape[-2]), float("-inf"))
+
+
+def _sdpa_masked(q, k, v, mask, causal, scale, block):
+    "sdpa with a prepared additive mask; causal inference: one call per block of queries against the keys it can see (skips the masked half)."
+    mask = mask.to(q.dtype)
+    full = lambda m: m.expand(q.shape[0], *m.shape[-3:])
+    Tq, Tk = q.shape[2], k.shape[2]
+    training = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or mask.requires_grad)
+    if not causal or Tq <= block or training:   # under autograd the sliced blocks cost more in backward than they save
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=full(mask), scale=scale)
+    outs, off = [], Tk - Tq
+    for start in range(0, Tq, block):
+        end = min(start + block, Tq)
+        kend = end + off
+        outs.append(F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, :kend], v[:, :, :kend],
+                                                   attn_mask=full(mask[..., start:end, :kend]), scale=scale))
+    return torch.cat(outs, dim=2)
+
+
+def _sdpa(q, k, v, pe, pos, causal, layer, bias, scale, mask=None, block=256):
+    "torch's fused attention: flash when no bias, else the bias plus causal −inf as a float mask (`mask`, when prepared by the caller)."
     if pe.uses_refine or pe.uses_logits:
         raise ValueError(f"path 'sdpa' cannot run {pe.spec!r} (it refines logits or changes the dot product); use 'naive' or 'chunked'")
-    if bias is None and pe.uses_bias: bias = pe.bias(pos, pos, layer)
-    if bias is None: return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
-    m = bias.to(q.dtype)
-    if causal: m = m.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=m.expand(q.shape[0], *m.shape[-3:]), scale=scale)
+    if mask is None: mask = additive_mask(pe, pos, causal=causal, dtype=q.dtype, layer=layer, bias=bias)
+    if mask is None: return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    return _sdpa_masked(q, k, v, mask, causal, scale, block)
 
 
 _FLEX = {}
@@ -221,34 +247,47 @@ def _flex(q, k, v, pe, pos, causal, layer, scale):
         return _flex_fn(q.device)(q, k, v, score_mod=score_mod, scale=scale)
 
 
+def _block_out(q, k, v, pe, pos_q, pos_k, mask, layer, scale):
+    "One query block on the naive path: the output only (what a recomputing backward needs to redo)."
+    return _naive(q, k, v, pe, pos_q, pos_k, mask, layer, None, scale)[0]
+
+
+def _needs_grad(pe: PE, *ts: Tensor) -> bool:
+    "True when autograd will record this call: gradients on, and an input or a PE parameter requires them."
+    return torch.is_grad_enabled() and (any(t.requires_grad for t in ts) or any(p.requires_grad for p in pe.parameters()))
+
+
 def _chunked(q, k, v, pe, pos, causal, layer, scale, block):
-    "The naive path over blocks of queries; each block sees only the keys it may attend to."
+    "The naive path over blocks of queries; each block sees only the keys it may attend to. Under autograd each block is recomputed in backward, so training memory is one block's, not T×T."
+    from torch.utils.checkpoint import checkpoint
     T, outs = q.shape[2], []
+    recompute = _needs_grad(pe, q, k, v)
     for start in range(0, T, block):
         end = min(start + block, T)
         kend = end if causal else k.shape[2]
         mask = causal_mask(end - start, kend, q.device, start) if causal else None
-        o, _ = _naive(q[:, :, start:end], k[:, :, :kend], v[:, :, :kend], pe, pos[start:end], pos[:kend],
-                      mask, layer, None, scale)
-        outs.append(o)
+        args = (q[:, :, start:end], k[:, :, :kend], v[:, :, :kend], pe, pos[start:end], pos[:kend], mask, layer, scale)
+        outs.append(checkpoint(_block_out, *args, use_reentrant=False) if recompute else _block_out(*args))
     return torch.cat(outs, dim=2)
+
 
 # %% ../nbs/01_attention.ipynb #d6ed26b3
 def attention(q: Tensor, k: Tensor, v: Tensor, pe: PE, pos: Positions, *, causal: bool = True, layer: int = 0,
               path: str = "auto", return_weights: bool = False, bias: Optional[Tensor] = None,
-              block: int = 256):
-    "Multi-head attention [B, H, T, Dh] with positional encoding `pe`: rotate, scale, bias, refine, mask, softmax."
+              block: int = 256, mask: Optional[Tensor] = None):
+    "Multi-head attention [B, H, T, Dh] with positional encoding `pe`: rotate, scale, bias, refine, mask, softmax; `mask` (sdpa only) from `additive_mask`."
     if q.dim() != 4: raise ValueError(f"q, k, v must be [B, H, T, Dh], got q of shape {tuple(q.shape)}")
     if path == "auto": path = pick_path(pe, q.shape[2], q.device, return_weights)
     if path not in PATHS: raise ValueError(f"unknown attention path {path!r}; choose from {PATHS + ('auto',)}")
     if return_weights and path != "naive": raise ValueError("only the 'naive' path returns attention weights")
+    if mask is not None and path != "sdpa": raise ValueError(f"a prepared `mask` is read only by the 'sdpa' path, not {path!r}; pass `bias`")
     if pe.uses_rotate: q, k = pe.rotate(q, k, pos)
     scale = 1.0 / math.sqrt(q.shape[-1])
     if path == "naive":
         mask = causal_mask(q.shape[2], k.shape[2], q.device) if causal else None
         out, w = _naive(q, k, v, pe, pos, pos, mask, layer, bias, scale)
         return (out, w) if return_weights else out
-    if path == "sdpa": return _sdpa(q, k, v, pe, pos, causal, layer, bias, scale)
+    if path == "sdpa": return _sdpa(q, k, v, pe, pos, causal, layer, bias, scale, mask, block)
     if path == "flex": return _flex(q, k, v, pe, pos, causal, layer, scale)
     return _chunked(q, k, v, pe, pos, causal, layer, scale, block)
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .attention import PATHS, PE, Positions, attention, build_pe, pick_path
+from .attention import PATHS, PE, Positions, additive_mask, attention, build_pe, pick_path
 
 # %% auto #0
 __all__ = ['PRESETS', 'PRESET_ALIASES', 'GPTConfig', 'SelfAttention', 'Block', 'GPT', 'flops_per_token']
@@ -88,9 +88,10 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
-    def forward(self, x: Tensor, pe: PE, pos: Positions, path: str, bias: Optional[Tensor] = None) -> Tensor:
+    def forward(self, x: Tensor, pe: PE, pos: Positions, path: str, bias: Optional[Tensor] = None,
+                mask: Optional[Tensor] = None) -> Tensor:
         q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.cfg.n_head)
-        y = attention(q, k, v, pe, pos, causal=self.cfg.causal, layer=self.layer, path=path, bias=bias)
+        y = attention(q, k, v, pe, pos, causal=self.cfg.causal, layer=self.layer, path=path, bias=bias, mask=mask)
         return self.proj(rearrange(y, "b h t d -> b t (h d)"))
 
 
@@ -104,8 +105,8 @@ class Block(nn.Module):
                                  nn.Linear(cfg.mlp_ratio * cfg.d_model, cfg.d_model, bias=False))
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, pe, pos, path, bias=None):
-        x = x + self.drop(self.attn(self.ln1(x), pe, pos, path, bias))
+    def forward(self, x, pe, pos, path, bias=None, mask=None):
+        x = x + self.drop(self.attn(self.ln1(x), pe, pos, path, bias, mask))
         return x + self.drop(self.mlp(self.ln2(x)))
 
 # %% ../nbs/50_model.ipynb #5c3bc30f
@@ -120,6 +121,11 @@ def _check_ids(idx: Tensor, vocab_size: int, training: bool = False) -> None:
     lo, hi = (int(v) for v in torch.aminmax(idx))
     if lo < 0 or hi >= vocab_size:
         raise ValueError(f"token ids must be in 0..{vocab_size - 1} (vocab_size={vocab_size}), got ids in {lo}..{hi}")
+
+
+def _compute_dtype(device: torch.device, weight: Tensor) -> torch.dtype:
+    "The dtype attention will run in: autocast's when it is on for `device`, else the weights'."
+    return torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else weight.dtype
 
 
 class GPT(nn.Module):
@@ -157,11 +163,14 @@ class GPT(nn.Module):
         if pos is None: pos = self.pe.make_positions(idx)
         path = path or self.cfg.attn_path
         if path == "auto": path = pick_path(self.pe, T, idx.device)
-        bias = None  # a bias shared by all layers is computed once per forward on the materialized paths
+        bias = mask = None  # a bias shared by all layers is computed once per forward on the materialized paths
         if path in ("naive", "sdpa") and self.pe.uses_bias and not self.pe.bias_per_layer:
             bias = self.pe.bias(pos, pos, 0)
+            if path == "sdpa":   # sdpa reads it as one float mask with the causal −inf folded in
+                dtype = _compute_dtype(idx.device, self.tok.weight)
+                mask, bias = additive_mask(self.pe, pos, causal=self.cfg.causal, dtype=dtype, bias=bias), None
         x = self.drop(self.pe.embed(self.tok(idx), pos))
-        for blk in self.blocks: x = blk(x, self.pe, pos, path, bias)
+        for blk in self.blocks: x = blk(x, self.pe, pos, path, bias, mask)
         logits = self.head(self.ln_f(x))
         if targets is None: return logits
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
