@@ -50,7 +50,7 @@ NBS = Path(__file__).resolve().parent.parent / "nbs"
 RESULTS = NBS / "results"
 
 # chapters whose prose still quotes numbers without evidence; each is a strict xfail until fixed
-PENDING: set[str] = {"index.ipynb"}
+PENDING: set[str] = set()
 
 UNITS = (r"(?:ms|µs|us|ns|s|sec|seconds?|min|minutes?|hours?|GiB|MiB|KiB|TiB|GB|MB|KB|kB|TB|"
          r"tokens?/s|tok/s|GFLOP/s|TFLOP/s|MFLOP/s|GFLOPs?|MFLOPs?|TFLOPs?|FLOPs)")
