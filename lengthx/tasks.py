@@ -555,11 +555,9 @@ def eval_che(model: GPT, cfg: CHEConfig, lengths: Optional[Sequence[int]] = None
 
 # %% ../nbs/60_che.ipynb #70654e03
 def _provenance() -> dict:
-    "Where and with what a result was made: the package's own source hash and checkout (never a user's repository)."
-    from lengthx.train import package_provenance
-    return {**package_provenance(), "python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
-            "device": ("cuda:" + torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu",
-            "threads": torch.get_num_threads(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    "Where and with what a result was made: the one provenance record of the command line (chapter 54)."
+    from lengthx.cli import provenance   # stdlib-only at import, so no cycle: cli imports tasks inside its commands
+    return provenance()
 
 
 def run_che(cfg: CHEConfig, progress: bool = False) -> dict:
