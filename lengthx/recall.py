@@ -183,7 +183,7 @@ def cot_answer_accuracy(model: GPT, n_ops: int, n: int = 256, seed: int = 0, max
     truth = [evaluate_mod(e, COT_MOD) for e in exprs]
     prompts = [[COT_ID[s] for s in e] + [COT_ID["="]] for e in exprs]
     max_new = max_new or 2 * max(len(cot_tokens(cot_chain(e))) for e in exprs)
-    L = max(map(len, prompts)) + max_new
+    L = min(max(map(len, prompts)) + max_new, model.cfg.max_len)  # a chain longer than the model's length is wrong anyway
     buf = torch.full((n, L), COT_ID["$"])
     cur = torch.tensor([len(q) for q in prompts])
     for r, q in enumerate(prompts): buf[r, :len(q)] = torch.tensor(q)
