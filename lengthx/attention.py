@@ -17,8 +17,9 @@ from torch import Tensor, nn
 
 # %% auto #0
 __all__ = ['PATHS', 'CHUNK_AUTO_LEN', 'MAX_SPEC_DEPTH', 'Positions', 'PEContext', 'PE', 'WrappedPE', 'causal_mask', 'pick_path',
-           'additive_mask', 'attention', 'Opt', 'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError',
-           'unknown_pe_error', 'parse_spec', 'build_pe', 'pe_help', 'pe_options_markdown', 'check_paths_agree']
+           'consecutive', 'toeplitz_ok', 'offsets_bias_row', 'toeplitz', 'relative_bias_matrix', 'additive_mask',
+           'attention', 'Opt', 'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError', 'unknown_pe_error',
+           'parse_spec', 'build_pe', 'pe_help', 'pe_options_markdown', 'check_paths_agree']
 
 # %% ../nbs/01_attention.ipynb #8cada530
 @dataclass
@@ -119,6 +120,10 @@ class PE(nn.Module):
     def bias_per_layer(self) -> bool:
         "True when the bias differs between layers (then it is recomputed per layer)."
         return False
+    @property
+    def relative_bias(self) -> bool:
+        "True when `bias` reads positions only through key − query offsets: then, for consecutive positions, it is Toeplitz."
+        return False
 
     def extra_repr(self) -> str: return f"spec={self.spec!r}"
 
@@ -153,6 +158,10 @@ class WrappedPE(PE):
     def uses_logits(self): return self._uses("logits")
     @property
     def bias_per_layer(self): return self.inner.bias_per_layer
+    @property
+    def relative_bias(self):
+        "The inner PE's, when this wrapper passes its bias through unchanged."
+        return getattr(type(self), "bias") is WrappedPE.bias and self.inner.relative_bias
 
 # %% ../nbs/01_attention.ipynb #ddfeb723
 PATHS = ("naive", "sdpa", "flex", "chunked")
@@ -173,6 +182,36 @@ def pick_path(pe: PE, length: int, device: torch.device, need_weights: bool = Fa
     if pe.uses_bias and length > CHUNK_AUTO_LEN: return "chunked"   # CPU: sdpa would materialize a [B, H, T, T] mask
     return "sdpa"
 
+# %% ../nbs/01_attention.ipynb #57bc124c
+def consecutive(pos: Positions) -> bool:
+    "True when every row's token positions step by one (any offset): then key − query offsets are the same in every row."
+    t = pos.token
+    return t.shape[1] < 2 or bool((t[:, 1:] - t[:, :-1] == 1).all())
+
+
+def toeplitz_ok(pe: PE, pos: Positions) -> bool:
+    "True when `pe.bias(pos, pos)` is a Toeplitz matrix: a relative bias on consecutive positions."
+    return pe.uses_bias and pe.relative_bias and consecutive(pos)
+
+
+def offsets_bias_row(pe: PE, T: int, layer: int = 0, device=None) -> Tensor:
+    "r_o = b(o) for key − query offsets o = −(T−1)..T−1, [H, 2T−1]: the PE's bias of one query at T−1 against keys 0..2T−2."
+    q = Positions(torch.full((1, 1), T - 1, device=device))
+    k = Positions(torch.arange(2 * T - 1, device=device)[None])
+    return pe.bias(q, k, layer).reshape(-1, 2 * T - 1)
+
+
+def toeplitz(row: Tensor, T: int) -> Tensor:
+    "B[..., i, j] = row[..., T−1 + j − i]: the [..., T, T] matrix whose diagonals are the entries of `row` [..., 2T−1]."
+    return row.unfold(-1, T, 1).flip(-2)   # window r holds row[r : r+T]; query i reads window T−1−i
+
+
+def relative_bias_matrix(pe: PE, pos: Positions, layer: int = 0) -> Optional[Tensor]:
+    "`pe.bias(pos, pos, layer)`, laid out from 2T−1 offsets when it is Toeplitz (the same values, T²/(2T−1) times less work)."
+    if not pe.uses_bias: return None
+    if not toeplitz_ok(pe, pos): return pe.bias(pos, pos, layer)
+    return toeplitz(offsets_bias_row(pe, pos.shape[1], layer, pos.token.device), pos.shape[1])
+
 # %% ../nbs/01_attention.ipynb #ac8e5e18
 def _naive(q, k, v, pe, pos_q, pos_k, mask, layer, bias, scale):
     "Reference path on materialized logits: scale, bias, refine, mask, softmax."
@@ -188,6 +227,11 @@ def _naive(q, k, v, pe, pos_q, pos_k, mask, layer, bias, scale):
 def additive_mask(pe: PE, pos: Positions, *, causal: bool = True, dtype: torch.dtype = torch.float32,
                   layer: int = 0, bias: Optional[Tensor] = None) -> Optional[Tensor]:
     "The bias with the causal mask folded in, bias + (−inf above the diagonal), [H, T, T] or [B, H, T, T] in `dtype`: built once, read by every layer."
+    if bias is None and pe.uses_bias and toeplitz_ok(pe, pos):   # 2T−1 values, −inf for keys after the query, one copy
+        T = pos.shape[1]
+        row = offsets_bias_row(pe, T, layer, pos.token.device).to(dtype)
+        if causal: row = row.masked_fill(torch.arange(2 * T - 1, device=row.device) > T - 1, float("-inf"))
+        return toeplitz(row, T)
     if bias is None and pe.uses_bias: bias = pe.bias(pos, pos, layer)
     if bias is None: return None
     m = bias.to(dtype)
@@ -285,6 +329,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, pe: PE, pos: Positions, *, causal
     scale = 1.0 / math.sqrt(q.shape[-1])
     if path == "naive":
         mask = causal_mask(q.shape[2], k.shape[2], q.device) if causal else None
+        if bias is None and pe.uses_bias: bias = relative_bias_matrix(pe, pos, layer)
         out, w = _naive(q, k, v, pe, pos, pos, mask, layer, bias, scale)
         return (out, w) if return_weights else out
     if path == "sdpa": return _sdpa(q, k, v, pe, pos, causal, layer, bias, scale, mask, block)

@@ -18,10 +18,10 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 # %% auto #0
-__all__ = ['PROTOCOLS', 'MEM_FRACTION', 'check_protocol_args', 'last_k_windows', 'nonoverlap_windows', 'sliding_windows',
-           'protocol_windows', 'window_losses', 'parse_bytes', 'format_bytes', 'memory_budget', 'estimate_eval_memory',
-           'EvalPlan', 'plan_eval', 'perplexity', 'window_ppl_interval', 'position_losses', 'ppl_curve', 'eval_lengths',
-           'plot_ppl']
+__all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'check_protocol_args', 'last_k_windows', 'nonoverlap_windows',
+           'sliding_windows', 'protocol_windows', 'window_losses', 'parse_bytes', 'format_bytes', 'memory_budget',
+           'estimate_eval_memory', 'EvalPlan', 'plan_eval', 'perplexity', 'window_ppl_interval', 'position_losses',
+           'ppl_curve', 'eval_lengths', 'plot_ppl']
 
 # %% ../nbs/53_evaluate.ipynb #12c3b9d5
 PROTOCOLS = ("last_k", "nonoverlap", "sliding")
@@ -124,6 +124,7 @@ def window_losses(model: Callable, tokens: Tensor, windows: Sequence[tuple[int, 
 
 # %% ../nbs/53_evaluate.ipynb #65ae0273
 MEM_FRACTION = 0.5   # default budget: this fraction of the memory free when an evaluation starts
+CPU_EVAL_MEM = 2 ** 30   # CPU, no budget given: batch windows only while the estimate stays under this (more buys no speed)
 _F32 = 4
 
 
@@ -222,17 +223,20 @@ def plan_eval(model, length: int, *, batch: int = 1, budget: Optional[int] = Non
     if cfg is None or not hasattr(cfg, "n_head"): return EvalPlan(None, batch)
     from lengthx.attention import pick_path
     dev = torch.device(device) if device is not None else _device_of(model)
+    explicit = budget is not None or bool(os.environ.get("LENGTHX_MEM_BUDGET"))
     budget = memory_budget(dev) if budget is None else budget
     default = cfg.attn_path if cfg.attn_path != "auto" else pick_path(model.pe, length, dev)
-    tried = []
-    for path in dict.fromkeys((default, "chunked")):
-        b = batch
-        while True:
-            need = estimate_eval_memory(model, length, batch=b, path=path, device=dev)
-            if need <= budget: return EvalPlan(path, b, need, budget, default)
-            if b == 1: break
-            b = max(1, b // 2)
-        tried.append(f"{format_bytes(need)} on path {path!r}")
+    soft = explicit or dev.type != "cpu" or budget <= CPU_EVAL_MEM
+    for cap in [budget] if soft else [CPU_EVAL_MEM, budget]:   # CPU: the small cap first, the free memory if nothing fits it
+        tried = []
+        for path in dict.fromkeys((default, "chunked")):
+            b = batch
+            while True:
+                need = estimate_eval_memory(model, length, batch=b, path=path, device=dev)
+                if need <= cap: return EvalPlan(path, b, need, cap, default)
+                if b == 1: break
+                b = max(1, b // 2)
+            tried.append(f"{format_bytes(need)} on path {path!r}")
     raise ValueError(f"evaluation at length={length} needs an estimated {' and '.join(tried)} for one window, more than "
                      f"the memory budget of {format_bytes(budget)}; use a shorter length or set LENGTHX_MEM_BUDGET")
 

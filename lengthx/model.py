@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .attention import PATHS, PE, Positions, additive_mask, attention, build_pe, pick_path
+from .attention import PATHS, PE, Positions, additive_mask, attention, build_pe, pick_path, relative_bias_matrix
 
 # %% auto #0
 __all__ = ['PRESETS', 'PRESET_ALIASES', 'GPTConfig', 'SelfAttention', 'Block', 'GPT', 'flops_per_token']
@@ -165,7 +165,7 @@ class GPT(nn.Module):
         if path == "auto": path = pick_path(self.pe, T, idx.device)
         bias = mask = None  # a bias shared by all layers is computed once per forward on the materialized paths
         if path in ("naive", "sdpa") and self.pe.uses_bias and not self.pe.bias_per_layer:
-            bias = self.pe.bias(pos, pos, 0)
+            bias = relative_bias_matrix(self.pe, pos, 0)   # Toeplitz from 2T−1 offsets when it is one
             if path == "sdpa":   # sdpa reads it as one float mask with the causal −inf folded in
                 dtype = _compute_dtype(idx.device, self.tok.weight)
                 mask, bias = additive_mask(self.pe, pos, causal=self.cfg.causal, dtype=dtype, bias=bias), None

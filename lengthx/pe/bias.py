@@ -57,6 +57,7 @@ def relative_position_bucket(rel: Tensor, *, bidirectional: bool, num_buckets: i
 # %% ../../nbs/20_t5_alibi.ipynb #a384c89e
 class T5BiasPE(PE):
     "T5 relative bias: a learned value per head and log-spaced distance bucket, shared by all layers."
+    relative_bias = True   # a function of the offset j − i only: Toeplitz on consecutive positions
     def __init__(self, ctx: PEContext, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = False):
         super().__init__(ctx)
         self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bidirectional
@@ -113,6 +114,7 @@ def alibi_slopes(n_heads: int) -> Tensor:
 # %% ../../nbs/20_t5_alibi.ipynb #73acf186
 class ALiBiPE(PE):
     "ALiBi: a fixed linear distance penalty −m_h·|i − j| per head (Press et al., 2022)."
+    relative_bias = True   # a function of the offset j − i only: Toeplitz on consecutive positions
     def __init__(self, ctx: PEContext, scale: float = 1.0):
         super().__init__(ctx)
         self.register_buffer("slopes", alibi_slopes(ctx.n_heads) * scale, persistent=False)

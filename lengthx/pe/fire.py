@@ -33,6 +33,7 @@ def sandwich_ratios(n_heads: int) -> Tensor:
 # %% ../../nbs/22_sandwich_fire.ipynb #572bf5ae
 class SandwichPE(PE):
     "Sandwich: the sinusoidal dot product Σcos((m−n)ω_i) − d̄/2, divided by a per-head ratio (no parameters)."
+    relative_bias = True   # a function of the offset j − i only: Toeplitz on consecutive positions
     def __init__(self, ctx: PEContext, dbar: int = 128, base: float = 10000.0):
         super().__init__(ctx)
         if dbar < 2 or dbar % 2: raise ValueError(f"Sandwich needs an even dbar >= 2, got {dbar}")

@@ -92,6 +92,7 @@ _KINDS = {  # parameter name -> (init scale of U(0,1), is an exponent clamped to
 
 class KerplePE(PE):
     "KERPLE: a learnable CPD kernel of |m − n| per head added to the logits (log, power, 3log, biaswt)."
+    relative_bias = True   # a function of the offset j − i only: Toeplitz on consecutive positions
     def __init__(self, ctx: PEContext, kind: str = "log", per_layer: bool = False, eps: float = 0.01):
         super().__init__(ctx)
         if kind not in _KINDS: raise ValueError(f"unknown KERPLE kind {kind!r}; choose from {sorted(_KINDS)}")

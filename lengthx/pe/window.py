@@ -27,6 +27,8 @@ def window_bias(pos_q: Positions, pos_k: Positions, w: int) -> Tensor:
 
 class WindowPE(WrappedPE):
     "Window attention around any bias/rotary/absolute PE: keys at distance >= w get a −1e4 logit."
+    @property
+    def relative_bias(self) -> bool: return not self.inner.uses_bias or self.inner.relative_bias   # the window is one
     def __init__(self, ctx: PEContext, inner: PE, w: int):
         super().__init__(ctx, inner)
         if int(w) != w or w < 1: raise ValueError(f"the window w must be a positive integer, got {w!r}")
