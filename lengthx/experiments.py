@@ -6,15 +6,16 @@
 __all__ = ['UNITS', 'BUDGET_NAMES', 'SCHEMA', 'CORPORA', 'EXTRA', 'CORE', 'LM', 'UNIT', 'RUNNERS', 'ASSUMED_TFLOPS', 'LEGACY',
            'unit_settings', 'result_provenance', 'check_clean', 'default_out', 'check_corpus', 'corpus_split',
            'Context', 'Partial', 'train_lm', 'ppl_table', 'delta_ps', 'lm_row', 'lm_rows', 'unit_protocols',
-           'unit_position', 'unit_che', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'run_tag', 'result_path',
-           'is_result', 'check_lm_specs', 'reproduce', 'lm_train_flops', 'estimate_table', 'legacy_records',
-           'result_dirs', 'load_results', 'device_of', 'pick', 'provenance_line', 'results_overview',
-           'experiments_view', 'cost_view']
+           'unit_position', 'unit_che', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'long_eval_rows',
+           'growth_exponent', 'run_tag', 'result_path', 'is_result', 'check_lm_specs', 'reproduce', 'lm_train_flops',
+           'estimate_table', 'legacy_records', 'result_dirs', 'load_results', 'device_of', 'pick', 'provenance_line',
+           'results_overview', 'experiments_view', 'cost_view']
 
 # %% ../nbs/72_reproduce.ipynb #68593eb4
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -59,7 +60,8 @@ UNIT = {
         recall=dict(pes=["nope", "rope"], steps=4, n_eval=16, d_model=32),
         cot=dict(pes=["rope", "alibi"], widths=[16], n_ops=3, steps=4, n_eval=8, seeds=[0, 1]),
         cost=dict(attention=[["nope", ["naive", "sdpa"], [64]]], shape=dict(n_heads=2, head_dim=16), reps=1,
-                  model=dict(preset="tiny", length=64, batch_size=1, pes=["nope", "rope"])),
+                  model=dict(preset="tiny", length=64, batch_size=1, pes=["nope", "rope"]),
+                  long=dict(preset="tiny", pes=["nope", "alibi"], lengths=[64, 128])),
         sweep=dict(pes=["nope", "rope"], budget=dict(preset="tiny", train_len=16, steps=4, batch_size=4, lr=3e-3, warmup=1),
                    protocol=dict(n_windows=4, max_factor=4))),
     "cpu": dict(
@@ -76,7 +78,8 @@ UNIT = {
                              ["dape:kerple_log", ["naive", "chunked"], [512, 2048]],
                              ["dape:kerple_log", ["chunked"], [8192]]],
                   shape=dict(n_heads=8, head_dim=64), reps=3,
-                  model=dict(preset="small", length=512, batch_size=1, pes="default")),
+                  model=dict(preset="small", length=512, batch_size=1, pes="default"),
+                  long=dict(preset="tiny", pes="default", lengths=[1024, 2048, 4096, 8192, 16384])),
         sweep=dict(pes="default", budget="quick", protocol=dict(n_windows=256))),   # 256 windows: a stable ranking (chapter 53)
 }
 UNIT["colab"] = {**UNIT["cpu"], "sweep": dict(pes="default", budget="colab", protocol=dict(n_windows=256)),
@@ -372,7 +375,12 @@ def unit_cost(ctx: Context, S: dict, part: Partial) -> dict:
     for mode in ("forward", "train"):
         model[mode] = part.get(f"model_{mode}", lambda: {"rows": bench_model(
             m["pes"], m["preset"], m["length"], batch_size=m["batch_size"], reps=S["reps"], mode=mode, device=ctx.device)})["rows"]
-    return {"attention": part.get("attention", attention), "model": model}
+    out = {"attention": part.get("attention", attention), "model": model}
+    if "long" in S:   # every PE's evaluation memory and time out to the longest length, the path chosen by the budget
+        L = S["long"]
+        out["long"] = {**L, "pes": _specs(L["pes"]), "rows": [part.get(f"long|{s}", lambda s=s: {"rows": long_eval_rows(
+            s, L["preset"], L["lengths"], device=dev)})["rows"] for s in _specs(L["pes"])]}
+    return out
 
 
 def unit_sweep(ctx: Context, S: dict, part: Partial) -> dict:
@@ -387,6 +395,44 @@ def unit_sweep(ctx: Context, S: dict, part: Partial) -> dict:
 
 RUNNERS = {"main": lm_rows, "seeds": lm_rows, "cdape": lm_rows, "protocols": unit_protocols, "position": unit_position,
            "che": unit_che, "recall": unit_recall, "cot": unit_cot, "cost": unit_cost, "sweep": unit_sweep}
+
+# %% ../nbs/72_reproduce.ipynb #19fa8f0b
+_LONG = r"""
+import json, resource, sys, time, torch
+from lengthx.evaluate import perplexity
+from lengthx.model import GPT, GPTConfig
+spec, preset, T, device = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+torch.manual_seed(0)
+model = GPT(GPTConfig.preset(preset, pe=spec, max_len=64)).eval().to(device)
+tokens = torch.randint(0, 256, (T + 1,))
+perplexity(model, tokens[:65], 64, k=16, n_windows=1)                      # warm-up: first-call costs out of the timing
+times = []
+for _ in range(2):                                                         # the faster of two: one-off costs excluded
+    t = time.perf_counter()
+    _, plan = perplexity(model, tokens, T, k=64, n_windows=1, return_plan=True)
+    times.append(time.perf_counter() - t)
+print(json.dumps({"seconds": min(times), "path": plan.path, "estimate_mib": (plan.estimate or 0) / 2**20,
+                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def long_eval_rows(spec: str, preset: str, lengths: Sequence[int], device: str = "cpu") -> list[dict]:
+    "One evaluation window per length for a fresh `preset` model with `spec`, each in its own process: seconds, path, peak RSS."
+    rows = []
+    for T in lengths:
+        r = subprocess.run([sys.executable, "-c", _LONG, spec, preset, str(T), device], capture_output=True, text=True)
+        if r.returncode: rows.append({"T": T, "error": (r.stderr.strip().splitlines() or ["?"])[-1][:200]}); continue
+        rows.append({"T": T, **json.loads(r.stdout.strip().splitlines()[-1])})
+    return rows
+
+
+def growth_exponent(rows: Sequence[dict], top: int = 3) -> Optional[float]:
+    "p in time ∝ T^p, least squares in log–log over the `top` longest lengths that ran (2: quadratic attention dominates)."
+    ok = [r for r in rows if "seconds" in r][-top:]
+    if len(ok) < 2: return None
+    x = [math.log(r["T"]) for r in ok]; y = [math.log(r["seconds"]) for r in ok]
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
 
 # %% ../nbs/72_reproduce.ipynb #9bf15dbb
 def run_tag(budget: str, seed: int = 0, corpus: str = "stdlib") -> str:
@@ -601,4 +647,5 @@ def experiments_view(recs: Sequence[dict], preset: str = "cpu", gpu: bool = Fals
 def cost_view(rec: dict) -> dict:
     "A cost result as chapter 71 reads it: {attention: {rows, ...}, model: {forward, train, ...}}, each with provenance."
     if rec["provenance"].get("legacy"): return rec["result"]           # the older file has exactly this shape
-    return {part: {**rec["result"][part], "provenance": rec["provenance"]} for part in ("attention", "model")}
+    return {part: {**rec["result"][part], "provenance": rec["provenance"]} for part in ("attention", "model", "long")
+            if part in rec["result"]}
