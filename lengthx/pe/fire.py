@@ -89,7 +89,8 @@ def piecewise_linear_gates(w1: Tensor, b1: Tensor, slope: float = 0.0) -> tuple[
     s = torch.arange(K + 1, device=w1.device)[:, None]    # piece s: kinks[s−1] ≤ x < kinks[s]
     w, b = w1.detach(), b1.detach()
     active = ((w > 0) & (s > rank)) | ((w < 0) & (s <= rank)) | ((w == 0) & (b > 0))
-    return kinks, torch.where(active, 1.0, float(slope)).to(w1.dtype)
+    gate = torch.full(active.shape, float(slope), dtype=w1.dtype, device=w1.device)   # the slope in w1's precision
+    return kinks, gate.masked_fill(active, 1.0)
 
 
 def piecewise_linear_tables(w1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor,
