@@ -105,7 +105,8 @@ def piecewise_linear_tables(w1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor,
 def piecewise_linear_eval(x: Tensor, kinks: Tensor, A: Tensor, B: Tensor) -> Tensor:
     "f(x) = A_s·x + B_s with s the piece that holds each x (a bucketize), heads first: [H, *x.shape]."
     s = torch.bucketize(x, kinks.to(x.dtype), right=True)
-    return torch.addcmul(B.T[:, s], A.T[:, s], x)
+    At, Bt = A.T.contiguous(), B.T.contiguous()          # one small table per head: a flat gather each
+    return torch.stack([torch.take(Bt[h], s).addcmul_(torch.take(At[h], s), x) for h in range(len(At))])
 
 # %% ../../nbs/22_sandwich_fire.ipynb #6bca4d34
 def fire_normalized_distance(pos_q: Tensor, pos_k: Tensor, c: Tensor | float, L: Tensor | float,
