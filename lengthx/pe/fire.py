@@ -17,7 +17,9 @@ from .absolute import sinusoidal_frequencies
 from .bias import relative_positions, shared_rows, squeeze_batch
 
 # %% auto #0
-__all__ = ['sandwich_kernel', 'sandwich_ratios', 'SandwichPE', 'fire_normalized_distance', 'FirePE']
+__all__ = ['sandwich_kernel', 'sandwich_ratios', 'SandwichPE', 'relu_mlp_breakpoints', 'piecewise_linear_gates',
+           'piecewise_linear_tables', 'piecewise_linear_eval', 'fire_normalized_distance', 'toeplitz_rows',
+           'toeplitz_top', 'FirePE']
 
 # %% ../../nbs/22_sandwich_fire.ipynb #cbb88dc5
 def sandwich_kernel(dist: Tensor, dbar: int = 128, base: float = 10000.0) -> Tensor:
@@ -70,6 +72,43 @@ def _sandwich(ctx: PEContext, dbar: int = 128, base: float = 10000.0) -> PE:
     "Sandwich: parameter-free sinusoidal dot-product bias with per-head compression."
     return SandwichPE(ctx, dbar, base)
 
+# %% ../../nbs/22_sandwich_fire.ipynb #f1a9e0c2
+def relu_mlp_breakpoints(w1: Tensor, b1: Tensor) -> tuple[Tensor, Tensor]:
+    "The kinks x_k = −b1_k/w1_k of the hidden units with w1_k ≠ 0, sorted, and the unit behind each: where f_θ can bend."
+    units = torch.nonzero(w1 != 0).flatten()
+    kinks = -b1.detach()[units] / w1.detach()[units]
+    kinks, order = torch.sort(kinks)
+    return kinks, units[order]
+
+
+def piecewise_linear_gates(w1: Tensor, b1: Tensor, slope: float = 0.0) -> tuple[Tensor, Tensor]:
+    "The sorted kinks [K] and each unit's gate σ' on each piece [K+1, width]: 1 where active, `slope` where not."
+    kinks, units = relu_mlp_breakpoints(w1, b1)
+    K, width = len(kinks), len(w1)
+    rank = torch.full((width,), -1, dtype=torch.long, device=w1.device)
+    rank[units] = torch.arange(K, device=w1.device)       # unit units[r]'s kink is the r-th breakpoint
+    s = torch.arange(K + 1, device=w1.device)[:, None]    # piece s: kinks[s−1] ≤ x < kinks[s]
+    w, b = w1.detach(), b1.detach()
+    active = ((w > 0) & (s > rank)) | ((w < 0) & (s <= rank)) | ((w == 0) & (b > 0))
+    gate = torch.full(active.shape, float(slope), dtype=w1.dtype, device=w1.device)   # the slope in w1's precision
+    return kinks, gate.masked_fill(active, 1.0)
+
+
+def piecewise_linear_tables(w1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor,
+                            slope: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
+    "f(x) = W2·σ(w1·x + b1) + b2 (σ: ReLU, or LeakyReLU(`slope`)) as its pieces: kinks [K], slopes A_s and intercepts B_s [K+1, H]."
+    kinks, gate = piecewise_linear_gates(w1, b1, slope)
+    A = gate @ (W2 * w1).T                                 # A_s = Σ_k g_sk W2[:, k] w1_k
+    B = gate @ (W2 * b1).T + b2                            # B_s = Σ_k g_sk W2[:, k] b1_k + b2
+    return kinks, A, B
+
+
+def piecewise_linear_eval(x: Tensor, kinks: Tensor, A: Tensor, B: Tensor) -> Tensor:
+    "f(x) = A_s·x + B_s with s the piece that holds each x (a bucketize), heads first: [H, *x.shape]."
+    s = torch.bucketize(x, kinks.to(x.dtype), right=True)
+    At, Bt = A.T.contiguous(), B.T.contiguous()          # one small table per head: a flat gather each
+    return torch.stack([torch.take(Bt[h], s).addcmul_(torch.take(At[h], s), x) for h in range(len(At))])
+
 # %% ../../nbs/22_sandwich_fire.ipynb #6bca4d34
 def fire_normalized_distance(pos_q: Tensor, pos_k: Tensor, c: Tensor | float, L: Tensor | float,
                              eps: float = 1e-6) -> Tensor:
@@ -81,6 +120,19 @@ def fire_normalized_distance(pos_q: Tensor, pos_k: Tensor, c: Tensor | float, L:
     num = torch.log1p((c * (i - j)).abs())
     den = torch.log1p((c * torch.maximum(i, L)).abs()) + eps
     return num / den
+
+
+def toeplitz_rows(tq: Tensor, tk: Tensor, L: Tensor) -> int:
+    "How many leading queries see a Toeplitz bias: queries and keys the same consecutive positions [1, T], query below L (normalizer ψ(L))."
+    if tq.shape[0] != 1 or tq.shape != tk.shape or not torch.equal(tq, tk): return 0
+    t = tq[0]
+    if len(t) > 1 and not bool((t[1:] - t[:-1] == 1).all()): return 0
+    return int((t < L.detach()).sum())
+
+
+def toeplitz_top(row: Tensor, T: int, rows: int) -> Tensor:
+    "The first `rows` rows of the [..., T, T] matrix B[..., i, j] = row[..., T−1 + j − i], from `row` [..., 2T−1] over offsets j − i."
+    return row.unfold(-1, T, 1)[..., T - rows:, :].flip(-2)   # window w holds row[w : w+T]; query i reads window T−1−i
 
 
 class FirePE(PE):
@@ -103,9 +155,36 @@ class FirePE(PE):
         tq, tk = shared_rows(pos_q.token), shared_rows(pos_k.token)
         return fire_normalized_distance(tq[:, :, None], tk[:, None, :], self.c, self.L, self.eps)
 
-    def bias(self, pos_q: Positions, pos_k: Positions, layer: int = 0) -> Tensor:
+    def activation_slope(self) -> Optional[float]:
+        "σ's slope below zero: 0 for ReLU, α for LeakyReLU(α) (DAPE's FIRE); None for an activation that is not piecewise linear."
+        act = self.mlp[1]
+        if type(act) is nn.ReLU: return 0.0
+        if type(act) is nn.LeakyReLU: return float(act.negative_slope)
+        return None
+
+    def mlp_bias(self, pos_q: Positions, pos_k: Positions, layer: int = 0) -> Tensor:
+        "The reference: f_θ run as an MLP at every (query, key), through a [B', Tq, Tk, width] hidden tensor."
         x = self.normalized(pos_q, pos_k)                                     # [B', Tq, Tk]
         return squeeze_batch(rearrange(self.mlp(x[..., None]), "b q k h -> b h q k"))
+
+    def x(self, i: Tensor, j: Tensor) -> Tensor:
+        "The MLP input ψ(i − j)/ψ(max(i, L)) for query positions i and key positions j (broadcast)."
+        return fire_normalized_distance(i, j, self.c, self.L, self.eps)
+
+    def bias(self, pos_q: Positions, pos_k: Positions, layer: int = 0) -> Tensor:
+        "b_h(i, j) from f_θ's linear pieces, queries below L laid out from one row of offsets (the MLP itself for other activations)."
+        slope = self.activation_slope()
+        if slope is None: return self.mlp_bias(pos_q, pos_k, layer)
+        lin1, lin2 = self.mlp[0], self.mlp[2]
+        pieces = piecewise_linear_tables(lin1.weight[:, 0], lin1.bias, lin2.weight, lin2.bias, slope)
+        f = lambda x: piecewise_linear_eval(x, *pieces)                      # [H, *x.shape]
+        tq, tk = shared_rows(pos_q.token), shared_rows(pos_k.token)
+        r = toeplitz_rows(tq, tk, self.L)
+        if r == 0: return squeeze_batch(rearrange(f(self.x(tq[:, :, None], tk[:, None, :])), "h b q k -> b h q k"))
+        t, T = tq[0], tq.shape[1]
+        offsets = torch.arange(-(T - 1), T, device=t.device)                # key − query
+        top = toeplitz_top(f(self.x(t[:1], t[0] + offsets)), T, r)          # [H, r, T]: queries below L
+        return top if r == T else torch.cat([top, f(self.x(t[r:, None], t[None, :]))], dim=1)
 
     def score_mod(self, pos: Positions, layer: int = 0) -> Callable:
         tok, c, L, eps = pos.token, self.c, self.L, self.eps
