@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['PEER_PES', 'MODES', 'INSTALL_HINT', 'swiglu_hidden', 'lengthx_model', 'xtransformers_model', 'hf_models',
            'param_counts', 'logits_of', 'peer_models', 'train_step', 'forward_step', 'interleaved_times', 'spread',
-           'matmul_peak_gflops', 'bench_peers', 'peers_table', 'params_table', 'roofline_figure']
+           'matmul_peak_gflops', 'bench_peers', 'peers_table', 'params_table', 'roofline_figure', 'compile_speedups']
 
 # %% ../nbs/71_cost.ipynb #823b8e4a
 import importlib
@@ -29,7 +29,7 @@ def swiglu_hidden(d_model: int, mlp_ratio: int) -> int:
     "SwiGLU width with the parameters of a GELU MLP: 3·d·h = 2·d·(r·d), so h = 2·r·d/3 (LLaMA's rule, unrounded)."
     return round(2 * mlp_ratio * d_model / 3)
 
-# %% ../nbs/71_cost.ipynb #fab18b3d
+# %% ../nbs/71_cost.ipynb #caf13f9a
 def lengthx_model(pe: str, shape: str, length: int):
     "The lengthx contender: `GPT(GPTConfig.preset(shape, pe=pe))` with room for `length` tokens."
     from lengthx.model import GPT, GPTConfig
@@ -41,9 +41,10 @@ def xtransformers_model(pe: str, shape: str, length: int):
     xt = _library("x_transformers")
     from lengthx.model import GPTConfig
     c = GPTConfig.preset(shape)
-    kw = {"rope": dict(rotary_pos_emb=True), "alibi": dict(alibi_pos_bias=True)}.get(pe, {})
-    dec = xt.Decoder(dim=c.d_model, depth=c.n_layer, heads=c.n_head, attn_dim_head=c.d_model // c.n_head,
-                     ff_mult=c.mlp_ratio, attn_flash=True, **kw)
+    dh = c.d_model // c.n_head   # RoPE on the whole head, as lengthx and Llama (x-transformers' default rotates half)
+    kw = {"rope": dict(rotary_pos_emb=True, rotary_emb_dim=dh), "alibi": dict(alibi_pos_bias=True)}.get(pe, {})
+    dec = xt.Decoder(dim=c.d_model, depth=c.n_layer, heads=c.n_head, attn_dim_head=dh, ff_mult=c.mlp_ratio,
+                     attn_flash=True, verbose=False, **kw)
     return xt.TransformerWrapper(num_tokens=c.vocab_size, max_seq_len=length, use_abs_pos_emb=pe == "learned",
                                  tie_embedding=True, attn_layers=dec)
 
@@ -214,7 +215,7 @@ def bench_peers(pes: Sequence[str] = PEER_PES, shape: str = "small", modes: Sequ
     finally:
         torch.set_num_threads(old)
 
-# %% ../nbs/71_cost.ipynb #14727825
+# %% ../nbs/71_cost.ipynb #696c69d2
 def peers_table(res: dict) -> str:
     "The benchmark as a markdown table: tokens/s (median), min–max, ratio to lengthx, achieved GFLOP/s, kernel."
     out = ["| PE | mode | contender | tokens/s | min–max | × lengthx | GFLOP/s | attention kernel |", "|---" * 8 + "|"]
@@ -247,9 +248,44 @@ def roofline_figure(res: dict, peak_gflops: Optional[float] = None, path=None):
                       rotation=90)
         if peak_gflops: ax.axhline(peak_gflops, color="k", ls="--", lw=1, label=f"fp32 matmul, measured: {peak_gflops:.0f}")
         T, B = (rows[0]["T"], rows[0]["B"]) if rows else (0, 0)
-        ax.set(ylabel="achieved GFLOP/s", title=f"{mode} (T={T}, B={B}), {res['threads']} threads")
+        ax.set(ylabel="achieved GFLOP/s", title=f"{mode} (T={T}, B={B}), {res['threads']} thread{'s' * (res['threads'] > 1)}")
         for lib, c in libs.items(): ax.bar([0], [0], color=c, label=lib)
         ax.legend(fontsize=7)
     fig.tight_layout()
     if path: fig.savefig(path, dpi=100, bbox_inches="tight")
     return fig
+
+# %% ../nbs/71_cost.ipynb #a858bae1
+def compile_speedups(pes: Sequence[str] = ("nope", "rope", "alibi", "kerple_log"), shape: str = "tiny", length: int = 128,
+                     batch_size: int = 8, reps: int = 5, threads: int = 2, progress: bool = False) -> list[dict]:
+    "Training step of lengthx eager vs `torch.compile` on the CPU per PE: compile time, medians (interleaved), what fails."
+    import torch
+    from tqdm import tqdm
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(0)
+        idx = torch.randint(0, 256, (batch_size, length))
+        rows, calls = [], {}
+        for pe in tqdm(pes, desc="compile", disable=not progress, file=sys.stderr):
+            model = lengthx_model(pe, shape, length)
+            row = {"pe": pe, "shape": shape, "T": length, "B": batch_size}
+            fn = torch.compile(model)
+            t = time.perf_counter()
+            try:
+                train_step(fn, idx); train_step(fn, idx)           # the first calls compile forward and backward
+                row["compile_s"] = time.perf_counter() - t
+                calls[(pe, "compiled")] = lambda fn=fn: train_step(fn, idx)
+            except Exception as e:   # recorded, not raised: what fails is part of the answer
+                row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            calls[(pe, "eager")] = lambda m=model: train_step(m, idx)
+            rows.append(row)
+        times = interleaved_times(calls, reps)
+        for row in rows:
+            row["eager_s"] = statistics.median(times[(row["pe"], "eager")])
+            if "error" in row: continue
+            row["compiled_s"] = statistics.median(times[(row["pe"], "compiled")])
+            row["speedup"] = row["eager_s"] / row["compiled_s"]
+        return rows
+    finally:
+        torch.set_num_threads(old)
