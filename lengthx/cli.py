@@ -629,9 +629,9 @@ def _bench_peers(a, dev: str) -> tuple:
                          "pip install 'lengthx[bench]'")
     pes = PEER_PES if a.pes is None else a.pes
     bad = [p for p in pes if p not in PEER_PES]
-    if bad: raise ValueError(f"bench peers: no peer for pe {bad[0]!r}; choose from {', '.join(PEER_PES)}")
+    if bad: raise ValueError(f"--pes: no peer for pe {bad[0]!r}; choose from {', '.join(PEER_PES)}")
     lens = a.lengths or [2048, 512]
-    if len(lens) > 2: raise ValueError(f"bench peers: --lengths takes FORWARD[,TRAIN] (got {len(lens)} lengths)")
+    if len(lens) > 2: raise ValueError(f"--lengths takes FORWARD[,TRAIN] for peers (got {len(lens)} lengths)")
     fwd, trn = lens[0], lens[-1]
     res = bench_peers(pes, a.preset, a.modes, forward=(fwd, 1), train=(trn, 8), reps=a.reps or 5, threads=a.threads,
                       device=dev, progress=not a.quiet)
@@ -812,7 +812,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--paths", type=lambda v: _choices(v, ATTN_PATHS), default=",".join(ATTN_PATHS), help="attention: comma list of execution paths")
     b.add_argument("--pes", type=_spec_list, default=None,
                    help="model: comma list of PE specs, 'default' or 'all' (default nope,rope); peers: of nope,rope,alibi,learned (default all four)")
-    b.add_argument("--preset", default="small", choices=MODEL_PRESETS, help="model: size")
+    b.add_argument("--preset", default="small", choices=MODEL_PRESETS, help="model and peers: size")
     b.add_argument("--lengths", type=_lengths, default=None,
                    help="sequence lengths (default: attention 512,2048,8192; model 512; peers FORWARD,TRAIN = 2048,512)")
     b.add_argument("--reps", type=_positive, default=None, help="timed repeats, the median is reported (default: 3; peers 5)")
