@@ -6,12 +6,12 @@
 __all__ = ['UNITS', 'BUDGET_NAMES', 'SCHEMA', 'CORPORA', 'EXTRA', 'CORE', 'LM', 'UNIT', 'RUNNERS', 'ASSUMED_TFLOPS', 'LEGACY',
            'unit_settings', 'result_provenance', 'check_clean', 'default_out', 'check_corpus', 'corpus_split',
            'Context', 'Partial', 'train_lm', 'ppl_table', 'delta_ps', 'lm_row', 'lm_rows', 'unit_protocols',
-           'unit_position', 'unit_che', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'long_eval_rows',
-           'growth_exponent', 'run_tag', 'result_path', 'is_result', 'check_lm_specs', 'reproduce', 'lm_train_flops',
-           'estimate_table', 'legacy_records', 'result_dirs', 'load_results', 'device_of', 'pick', 'provenance_line',
-           'results_overview', 'experiments_view', 'cost_view']
+           'unit_position', 'unit_che', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'unit_peers',
+           'long_eval_rows', 'growth_exponent', 'run_tag', 'result_path', 'is_result', 'check_lm_specs', 'reproduce',
+           'lm_train_flops', 'estimate_table', 'legacy_records', 'result_dirs', 'load_results', 'device_of', 'pick',
+           'provenance_line', 'results_overview', 'experiments_view', 'cost_view']
 
-# %% ../nbs/72_reproduce.ipynb #68593eb4
+# %% ../nbs/72_reproduce.ipynb #b431fc37
 import json
 import math
 import os
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
-UNITS = ("main", "seeds", "protocols", "position", "cdape", "che", "recall", "cot", "cost", "sweep")
+UNITS = ("main", "seeds", "protocols", "position", "cdape", "che", "recall", "cot", "cost", "sweep", "peers")
 BUDGET_NAMES = ("smoke", "cpu", "colab", "paper")
 SCHEMA = ("unit", "preset", "settings", "result", "provenance")   # the keys of every result file
 CORPORA = ("stdlib", "pg19", "arxiv", "github", "wikitext103")    # or a directory of text files
@@ -63,7 +63,9 @@ UNIT = {
                   model=dict(preset="tiny", length=64, batch_size=1, pes=["nope", "rope"]),
                   long=dict(preset="tiny", pes=["nope", "alibi"], lengths=[64, 128])),
         sweep=dict(pes=["nope", "rope"], budget=dict(preset="tiny", train_len=16, steps=4, batch_size=4, lr=3e-3, warmup=1),
-                   protocol=dict(n_windows=4, max_factor=4))),
+                   protocol=dict(n_windows=4, max_factor=4)),
+        peers=dict(pes=["nope", "rope", "alibi", "learned"], shape="tiny", forward=[32, 1], train=[16, 2], reps=1,
+                   threads=1, matmul_n=256)),
     "cpu": dict(
         che=dict(tasks=["even_pairs", "parity_check", "reverse_string", "stack_manipulation", "missing_duplicate_string",
                         "bucket_sort"], pes=["nope", "learned", "rope", "alibi", "kerple_log", "fire", "dape:kerple_log"],
@@ -80,14 +82,16 @@ UNIT = {
                   shape=dict(n_heads=8, head_dim=64), reps=3,
                   model=dict(preset="small", length=512, batch_size=1, pes="default"),
                   long=dict(preset="tiny", pes="default", lengths=[1024, 2048, 4096, 8192, 16384])),
-        sweep=dict(pes="default", budget="quick", protocol=dict(n_windows=256))),   # 256 windows: a stable ranking (chapter 53)
+        sweep=dict(pes="default", budget="quick", protocol=dict(n_windows=256)),   # 256 windows: a stable ranking (chapter 53)
+        peers=dict(pes=["nope", "rope", "alibi", "learned"], shape="small", forward=[2048, 1], train=[512, 8], reps=7,
+                   threads=2, matmul_n=2048)),   # lengthx against x-transformers and HF (chapter 71)
 }
 UNIT["colab"] = {**UNIT["cpu"], "sweep": dict(pes="default", budget="colab", protocol=dict(n_windows=256)),
                  "cost": {**UNIT["cpu"]["cost"], "attention": [[s, ["sdpa", "flex", "chunked"], [2048, 8192, 32768]]
                                                                 for s in ("nope", "alibi", "dape:kerple_log")]}}
 UNIT["paper"] = {**UNIT["colab"], "sweep": dict(pes="default", budget="paper", protocol=dict(n_windows=256))}
 
-# %% ../nbs/72_reproduce.ipynb #3d301ca4
+# %% ../nbs/72_reproduce.ipynb #97188e7d
 def _specs(x) -> list[str]:
     "A spec list, or 'default' resolved now (so a new family makes the settings, and the result, new)."
     from lengthx.attention import pe_examples
@@ -122,7 +126,7 @@ def unit_settings(unit: str, budget: str, *, seed: int = 0, corpus: str = "stdli
         u = {**u, "pes": _specs(u["pes"]), "seed": seed, "corpus": corpus}
     return u
 
-# %% ../nbs/72_reproduce.ipynb #7cff3f62
+# %% ../nbs/72_reproduce.ipynb #6bbd602c
 def result_provenance(*, seed: int, command: str, seconds: float, device: str) -> dict:
     "The one place a result's provenance is made: the package's (`lengthx.cli.provenance`) plus this run's."
     from lengthx import cli
@@ -150,7 +154,7 @@ def default_out() -> Path:
     root = lengthx_checkout()
     return root / "nbs" / "results" if root is not None else Path("results")
 
-# %% ../nbs/72_reproduce.ipynb #b73d84dc
+# %% ../nbs/72_reproduce.ipynb #c7bdd84c
 def check_corpus(corpus: str) -> str:
     "A corpus name (`CORPORA`) or an existing directory of text files; anything else is a one-line error."
     if corpus == "stdlib": return corpus
@@ -175,7 +179,7 @@ def corpus_split(corpus: str, split: str):
     if not files: raise ValueError(f"no text files of split {split!r} under {corpus}")
     return data.encode_corpus(data.text_file_corpus(files))
 
-# %% ../nbs/72_reproduce.ipynb #68210b02
+# %% ../nbs/72_reproduce.ipynb #70e58eb8
 @dataclass
 class Context:
     "What every unit needs: where to write, the budget, the device, progress, and the shared tokens."
@@ -219,7 +223,7 @@ class Partial:
 
     def done(self) -> None: self.path.unlink(missing_ok=True)
 
-# %% ../nbs/72_reproduce.ipynb #b2583f3d
+# %% ../nbs/72_reproduce.ipynb #4374695e
 def _safe(s: str) -> str: return s.replace(":", "_").replace("=", "-").replace("/", "_")
 
 
@@ -275,7 +279,7 @@ def lm_row(ctx: Context, S: dict, spec: str, seed: int, group: str) -> dict:
             "train_seconds": round(hist[-1]["time"], 1), "eval_seconds": round(time.time() - t, 1),
             "summary": "last_k " + " ".join(fmt(v) for v in ppl["last_k"].values())}
 
-# %% ../nbs/72_reproduce.ipynb #510501dc
+# %% ../nbs/72_reproduce.ipynb #09be3f0f
 def lm_rows(ctx: Context, S: dict, part: Partial) -> dict:
     "One row per (spec, seed), each kept as soon as it is measured (units main, seeds, cdape)."
     from tqdm import tqdm
@@ -393,10 +397,24 @@ def unit_sweep(ctx: Context, S: dict, part: Partial) -> dict:
     return {"settings": res["settings"], "rows": res["rows"]}
 
 
-RUNNERS = {"main": lm_rows, "seeds": lm_rows, "cdape": lm_rows, "protocols": unit_protocols, "position": unit_position,
-           "che": unit_che, "recall": unit_recall, "cot": unit_cot, "cost": unit_cost, "sweep": unit_sweep}
+def unit_peers(ctx: Context, S: dict, part: Partial) -> dict:
+    "lengthx against x-transformers and Hugging Face per PE: tokens/s, spread, ratios, parameter counts, matmul peak."
+    from lengthx.bench import bench_peers, matmul_peak_gflops
+    kw = dict(pes=S["pes"], shape=S["shape"], forward=tuple(S["forward"]), train=tuple(S["train"]), reps=S["reps"],
+              threads=S["threads"], device=ctx.device, progress=ctx.progress)
+    got = {m: part.get(m, lambda m=m: bench_peers(modes=[m], **kw)) for m in ("forward", "train")}
+    peak = part.get("matmul", lambda: {"n": S["matmul_n"], "threads": S["threads"], "gflops": matmul_peak_gflops(
+        S["matmul_n"], reps=max(S["reps"], 3), threads=S["threads"], device=ctx.device)})
+    f = got["forward"]
+    return {"rows": f["rows"] + got["train"]["rows"], "params": f["params"], "missing": f["missing"], "shape": S["shape"],
+            "threads": S["threads"], "reps": S["reps"], "forward": f["forward"], "train": f["train"], "matmul": peak}
 
-# %% ../nbs/72_reproduce.ipynb #19fa8f0b
+
+RUNNERS = {"main": lm_rows, "seeds": lm_rows, "cdape": lm_rows, "protocols": unit_protocols, "position": unit_position,
+           "che": unit_che, "recall": unit_recall, "cot": unit_cot, "cost": unit_cost, "sweep": unit_sweep,
+           "peers": unit_peers}
+
+# %% ../nbs/72_reproduce.ipynb #ae63e6f4
 _LONG = r"""
 import json, resource, sys, time, torch
 from lengthx.evaluate import perplexity
@@ -434,7 +452,7 @@ def growth_exponent(rows: Sequence[dict], top: int = 3) -> Optional[float]:
     mx, my = sum(x) / len(x), sum(y) / len(y)
     return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
 
-# %% ../nbs/72_reproduce.ipynb #9bf15dbb
+# %% ../nbs/72_reproduce.ipynb #d1143e03
 def run_tag(budget: str, seed: int = 0, corpus: str = "stdlib") -> str:
     "`cpu`, or `cpu_seed1_pg19` for another base seed or corpus (so their files never collide)."
     return budget + (f"_seed{seed}" if seed else "") + ("" if corpus == "stdlib" else "_" + Path(corpus).name)
@@ -498,7 +516,7 @@ def reproduce(units: Sequence[str] = UNITS, budget: str = "smoke", out: Optional
             ctx.say(f"lengthx reproduce: {u}: wrote {path} ({time.time() - t0:.0f}s)")
     return paths
 
-# %% ../nbs/72_reproduce.ipynb #18888e19
+# %% ../nbs/72_reproduce.ipynb #5b9662b3
 ASSUMED_TFLOPS = {"T4": 20.0, "L4": 35.0, "A100": 90.0}   # ASSUMED achieved training throughput (not peak), TFLOP/s
 
 
@@ -522,7 +540,7 @@ def estimate_table(budget: str) -> str:
         rows.append(f"| {u} | {f / 1e15:.1f} | " + " | ".join(f"{f / (t * 1e12) / 60:.0f} min" for t in ASSUMED_TFLOPS.values()) + " |")
     return "\n".join(rows)
 
-# %% ../nbs/72_reproduce.ipynb #ed06fa5b
+# %% ../nbs/72_reproduce.ipynb #72eb1a50
 LEGACY = {"experiments_cpu.json", "cost_cpu.json", "che_cpu.json", "recall_cpu.json", "cot_cpu.json", "sweep_quick.json"}
 
 
