@@ -17,9 +17,10 @@ from torch import Tensor, nn
 
 # %% auto #0
 __all__ = ['PATHS', 'CHUNK_AUTO_LEN', 'MAX_SPEC_DEPTH', 'Positions', 'PEContext', 'PE', 'WrappedPE', 'causal_mask', 'pick_path',
-           'consecutive', 'toeplitz_ok', 'offsets_bias_row', 'toeplitz', 'relative_bias_matrix', 'additive_mask',
-           'attention', 'Opt', 'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError', 'unknown_pe_error',
-           'parse_spec', 'build_pe', 'pe_help', 'pe_options_markdown', 'check_paths_agree']
+           'consecutive', 'toeplitz_ok', 'offsets_bias_row', 'toeplitz', 'KeyReversedMask', 'toeplitz_key_reversed',
+           'relative_bias_matrix', 'additive_mask', 'attention', 'Opt', 'PEFamily', 'register_pe', 'known_pes',
+           'pe_examples', 'PESpecError', 'unknown_pe_error', 'parse_spec', 'build_pe', 'pe_help', 'pe_options_markdown',
+           'check_paths_agree']
 
 # %% ../nbs/01_attention.ipynb #8cada530
 @dataclass
@@ -179,7 +180,8 @@ def pick_path(pe: PE, length: int, device: torch.device, need_weights: bool = Fa
     if need_weights: return "naive"
     if pe.uses_refine or pe.uses_logits: return "chunked" if length > CHUNK_AUTO_LEN else "naive"
     if pe.uses_bias and device.type == "cuda": return "flex"
-    if pe.uses_bias and length > CHUNK_AUTO_LEN: return "chunked"   # CPU: sdpa would materialize a [B, H, T, T] mask
+    if pe.uses_bias and length > CHUNK_AUTO_LEN and not pe.relative_bias:
+        return "chunked"   # CPU: sdpa would materialize a [B, H, T, T] mask (a relative bias is a view of 2T−1 numbers)
     return "sdpa"
 
 # %% ../nbs/01_attention.ipynb #57bc124c
@@ -206,6 +208,17 @@ def toeplitz(row: Tensor, T: int) -> Tensor:
     return row.unfold(-1, T, 1).flip(-2)   # window r holds row[r : r+T]; query i reads window T−1−i
 
 
+@dataclass
+class KeyReversedMask:
+    "An additive mask for keys in reverse order, `view[..., i, c]` = mask[..., i, Tk−1−c]: a Toeplitz mask is then a strided view of 2T−1 numbers."
+    view: Tensor
+
+
+def toeplitz_key_reversed(row: Tensor, T: int) -> KeyReversedMask:
+    "The Toeplitz mask of `row` for keys read last-to-first: view[..., i, c] = row[2T−2−i−c], windows of the flipped row (no T×T copy)."
+    return KeyReversedMask(row.flip(-1).unfold(-1, T, 1))
+
+
 def relative_bias_matrix(pe: PE, pos: Positions, layer: int = 0) -> Optional[Tensor]:
     "`pe.bias(pos, pos, layer)`, laid out from 2T−1 offsets when it is Toeplitz (the same values, T²/(2T−1) times less work)."
     if not pe.uses_bias: return None
@@ -225,13 +238,13 @@ def _naive(q, k, v, pe, pos_q, pos_k, mask, layer, bias, scale):
 
 
 def additive_mask(pe: PE, pos: Positions, *, causal: bool = True, dtype: torch.dtype = torch.float32,
-                  layer: int = 0, bias: Optional[Tensor] = None) -> Optional[Tensor]:
-    "The bias with the causal mask folded in, bias + (−inf above the diagonal), [H, T, T] or [B, H, T, T] in `dtype`: built once, read by every layer."
-    if bias is None and pe.uses_bias and toeplitz_ok(pe, pos):   # 2T−1 values, −inf for keys after the query, one copy
+                  layer: int = 0, bias: Optional[Tensor] = None, reversed_keys: bool = False):
+    "The bias with the causal mask folded in, bias + (−inf above the diagonal), [H, T, T] or [B, H, T, T] in `dtype`: built once, read by every layer; `reversed_keys`: a Toeplitz one as a `KeyReversedMask` view."
+    if bias is None and pe.uses_bias and toeplitz_ok(pe, pos):   # 2T−1 values, −inf for keys after the query
         T = pos.shape[1]
         row = offsets_bias_row(pe, T, layer, pos.token.device).to(dtype)
         if causal: row = row.masked_fill(torch.arange(2 * T - 1, device=row.device) > T - 1, float("-inf"))
-        return toeplitz(row, T)
+        return toeplitz_key_reversed(row, T) if reversed_keys else toeplitz(row, T)
     if bias is None and pe.uses_bias: bias = pe.bias(pos, pos, layer)
     if bias is None: return None
     m = bias.to(dtype)
@@ -242,6 +255,8 @@ def additive_mask(pe: PE, pos: Positions, *, causal: bool = True, dtype: torch.d
 
 def _sdpa_masked(q, k, v, mask, causal, scale, block):
     "sdpa with a prepared additive mask; causal inference: one call per block of queries against the keys it can see (skips the masked half)."
+    rev = isinstance(mask, KeyReversedMask)   # keys and values read last-to-first, so the mask stays a strided view
+    if rev: k, v, mask = k.flip(2), v.flip(2), mask.view
     mask = mask.to(q.dtype)
     full = lambda m: m.expand(q.shape[0], *m.shape[-3:])
     Tq, Tk = q.shape[2], k.shape[2]
@@ -251,9 +266,9 @@ def _sdpa_masked(q, k, v, mask, causal, scale, block):
     outs, off = [], Tk - Tq
     for start in range(0, Tq, block):
         end = min(start + block, Tq)
-        kend = end + off
-        outs.append(F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, :kend], v[:, :, :kend],
-                                                   attn_mask=full(mask[..., start:end, :kend]), scale=scale))
+        keys = slice(Tk - end - off, Tk) if rev else slice(0, end + off)   # the keys 0..end+off−1, in either order
+        outs.append(F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, keys], v[:, :, keys],
+                                                   attn_mask=full(mask[..., start:end, keys]), scale=scale))
     return torch.cat(outs, dim=2)
 
 
@@ -261,7 +276,7 @@ def _sdpa(q, k, v, pe, pos, causal, layer, bias, scale, mask=None, block=256):
     "torch's fused attention: flash when no bias, else the bias plus causal −inf as a float mask (`mask`, when prepared by the caller)."
     if pe.uses_refine or pe.uses_logits:
         raise ValueError(f"path 'sdpa' cannot run {pe.spec!r} (it refines logits or changes the dot product); use 'naive' or 'chunked'")
-    if mask is None: mask = additive_mask(pe, pos, causal=causal, dtype=q.dtype, layer=layer, bias=bias)
+    if mask is None: mask = additive_mask(pe, pos, causal=causal, dtype=q.dtype, layer=layer, bias=bias, reversed_keys=True)
     if mask is None: return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
     return _sdpa_masked(q, k, v, mask, causal, scale, block)
 

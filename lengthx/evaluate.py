@@ -193,7 +193,7 @@ def estimate_eval_memory(model_or_cfg, length: int, *, batch: int = 1, path: str
         if pe.uses_logits: scores += 2 * n
         if pe.uses_refine: scores += B * tq * T * (4 * H + 3 * getattr(pe, "width", 32))
     elif path == "sdpa":
-        scores = (2 * H * T * T + B * H * T * T) if pe.uses_bias else 0
+        scores = (2 * H * T * T + B * H * T * T) if pe.uses_bias and not pe.relative_bias else 2 * H * T if pe.uses_bias else 0
     else:  # flex: nothing T×T unless the PE's score_mod indexes a materialized bias
         scores = H * T * T if pe.uses_bias and type(pe).score_mod is PE.score_mod else 0
     return int(weights + logits + acts + scores * _F32)

@@ -166,7 +166,8 @@ class GPT(nn.Module):
         bias = mask = None  # a bias shared by all layers is computed once per forward on the materialized paths
         if path in ("naive", "sdpa") and self.pe.uses_bias and not self.pe.bias_per_layer:
             if path == "sdpa":   # sdpa reads it as one float mask with the causal −inf folded in (Toeplitz: one pass)
-                mask = additive_mask(self.pe, pos, causal=self.cfg.causal, dtype=_compute_dtype(idx.device, self.tok.weight))
+                mask = additive_mask(self.pe, pos, causal=self.cfg.causal, dtype=_compute_dtype(idx.device, self.tok.weight),
+                                     reversed_keys=True)   # a Toeplitz mask then stays a view of 2T−1 numbers
             else: bias = relative_bias_matrix(self.pe, pos, 0)   # Toeplitz from 2T−1 offsets when it is one
         x = self.drop(self.pe.embed(self.tok(idx), pos))
         for blk in self.blocks: x = blk(x, self.pe, pos, path, bias, mask)

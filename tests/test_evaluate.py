@@ -125,8 +125,9 @@ def test_eval_lengths():
 # --- memory plans ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def alibi_model():
+    "A bias the sdpa path must materialize as [H, T, T] (FIRE reads the query position, so it is not Toeplitz)."
     torch.manual_seed(0)
-    return GPT(GPTConfig(n_layer=2, n_head=4, d_model=32, pe="alibi", max_len=64)).eval()
+    return GPT(GPTConfig(n_layer=2, n_head=4, d_model=32, pe="fire", max_len=64)).eval()
 
 
 def test_parse_bytes_and_env_budget(monkeypatch):
@@ -148,6 +149,8 @@ def test_estimate_scales_like_the_paths(alibi_model):
     assert estimate_eval_memory(alibi_model.cfg, 4096, path="naive") == e(4096, "naive")   # a config works too
     nope = GPT(GPTConfig(n_layer=2, n_head=4, d_model=32, pe="nope", max_len=64))
     assert 1.9 < estimate_eval_memory(nope, 16384) / estimate_eval_memory(nope, 8192) < 2.1   # flash sdpa: no T²
+    alibi = GPT(GPTConfig(n_layer=2, n_head=4, d_model=32, pe="alibi", max_len=64))   # a Toeplitz view: no T² either
+    assert 1.9 < estimate_eval_memory(alibi, 16384, path="sdpa") / estimate_eval_memory(alibi, 8192, path="sdpa") < 2.1
 
 
 def test_small_budget_forces_chunked_with_equal_results(alibi_model, capsys):

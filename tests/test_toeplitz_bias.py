@@ -70,3 +70,29 @@ def test_model_on_sdpa_matches_naive(spec):
     idx = torch.randint(0, 256, (2, 300))
     with torch.no_grad():
         torch.testing.assert_close(m(idx, path="sdpa"), m(idx, path="naive"), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("spec", ["alibi", "t5", "kerple_log", "kerple_power:per_layer=true", "sandwich"])
+@pytest.mark.parametrize("T", [7, 300, 513])
+def test_key_reversed_view_matches_the_dense_mask(spec, T):
+    "sdpa on keys read last-to-first with the Toeplitz view gives the dense mask's outputs and every gradient."
+    pe = _perturbed(spec)
+    pos = lx.Positions.arange(2, T)
+    view = lx.additive_mask(pe, pos, reversed_keys=True)
+    assert isinstance(view, lx.KeyReversedMask) and view.view.untyped_storage().nbytes() < 8 * 4 * 2 * T * 4
+    torch.testing.assert_close(view.view.flip(-1), lx.additive_mask(pe, pos))
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 4, T, 8, generator=g, requires_grad=True) for _ in range(3))
+    outs, grads = [], []
+    for reversed_keys in (False, True):
+        for t in (q, k, v): t.grad = None
+        pe.zero_grad()
+        m = lx.additive_mask(pe, pos, reversed_keys=reversed_keys)
+        with torch.no_grad():
+            outs.append(lx._sdpa_masked(q, k, v, m, True, 8 ** -0.5, 256))   # the blocked inference path
+        y = lx._sdpa_masked(q, k, v, m, True, 8 ** -0.5, 256)                 # the training path
+        (y * torch.linspace(-1, 1, y.numel()).reshape(y.shape)).sum().backward()
+        grads.append([t.grad.clone() for t in (q, k, v)] + [p.grad.clone() for p in pe.parameters() if p.grad is not None])
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+    assert len(grads[0]) == len(grads[1])
+    for a, b in zip(*grads): torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
