@@ -16,25 +16,23 @@ from ..attention import PE, PEContext, WrappedPE, register_pe
 
 # %% auto #0
 __all__ = ['DAPE_VARIANTS', 'DAPE_FIRE_SLOPE', 'channel_matmul', 'channel_mlp', 'ScoreMLP', 'dape_logits', 'leaky_fire', 'DAPE',
-           'dape_flops']
+           'dape_flops', 'model_flops', 'flop_limit']
 
-# %% ../../nbs/40_dape.ipynb #6e7e9e49
+# %% ../../nbs/40_dape.ipynb #d4f35dc0
 DAPE_VARIANTS = ("concat", "concat_residual", "add_residual")
 
 
 def channel_matmul(parts: Sequence[Tensor], w: Sequence[Tensor], b: Tensor) -> Tensor:
-    "Σₚ Wₚ·partₚ + b over the channels of flat maps [nₚ, cₚ, P] -> [n, D, P]: one (batched) matmul per part; a part of batch 1 is multiplied once, not n times."
+    "Σₚ Wₚ·partₚ + b over the channels of flat maps [nₚ, cₚ, P] -> [n, D, P]: a part of batch 1 is multiplied once (addmm), the per-sequence parts in one baddbmm."
     n = max(p.shape[0] for p in parts)
-    shared = lambda p: p.shape[0] == 1 and n > 1
+    shared = [p.shape[0] == 1 and n > 1 for p in parts]
     acc = b[:, None]                                                  # [D, 1], then [D, P] once a shared part is added
-    for p, wp in zip(parts, w):
-        if shared(p): acc = torch.addmm(acc, wp, p[0])
-    acc, own = acc.expand(n, -1, parts[0].shape[-1]), False
-    for p, wp in zip(parts, w):
-        if shared(p): continue
-        if own: acc.baddbmm_(wp.expand(n, *wp.shape), p)             # accumulate in place: no copy of the [n, D, P] map
-        else: acc, own = torch.baddbmm(acc, wp.expand(n, *wp.shape), p), True
-    return acc
+    for p, wp, sh in zip(parts, w, shared):
+        if sh: acc = torch.addmm(acc, wp, p[0])
+    own = [(p, wp) for p, wp, sh in zip(parts, w, shared) if not sh]
+    x = own[0][0] if len(own) == 1 else torch.cat([p for p, _ in own], dim=1)   # stacking the few input channels costs
+    wx = own[0][1] if len(own) == 1 else torch.cat([wp for _, wp in own], dim=1)  # less than a second pass over [n, D, P]
+    return torch.baddbmm(acc.expand(n, -1, x.shape[-1]), wx.expand(n, *wx.shape), x)
 
 
 def channel_mlp(parts: Sequence[Tensor], w1: Sequence[Tensor], b1: Tensor, w2: Tensor, b2: Tensor, slope: float) -> Tensor:
@@ -156,7 +154,7 @@ def _dape(ctx: PEContext, inner: PE, variant: str = "concat_residual", width: in
     "DAPE around an inner PE: S + B + f(S, B) per layer (S + f(S) when the inner PE has no bias)."
     return DAPE(ctx, inner, variant, width, fire_slope)
 
-# %% ../../nbs/40_dape.ipynb #a3bb72dd
+# %% ../../nbs/40_dape.ipynb #7be1fbf0
 def dape_flops(batch: int, n_heads: int, tq: int, tk: int, width: int = 32, with_bias: bool = True,
                shared_bias: bool = True) -> int:
     "Matmul FLOPs of one layer's DAPE f on [batch, n_heads, tq, tk] scores: the O(h·N²·D) term, exactly."
@@ -164,3 +162,16 @@ def dape_flops(batch: int, n_heads: int, tq: int, tk: int, width: int = 32, with
     first_s = 2 * n_heads * width           # W1_S S
     first_b = 2 * n_heads * width if with_bias else 0
     return tq * tk * (batch * (per_pair + first_s) + (first_b if shared_bias else batch * first_b))
+
+# %% ../../nbs/40_dape.ipynb #7f57ed6e
+def model_flops(d_model: int, n_layers: int, length: int, batch: int, mlp_ratio: int = 4, vocab: int = 256) -> int:
+    "Matmul FLOPs of one GPT forward: 2BT(4+2r)d² (projections, MLP) + 4BT²d (QKᵀ, AV) per layer, plus 2BTdV for the head."
+    per_layer = 2 * batch * length * (4 + 2 * mlp_ratio) * d_model ** 2 + 4 * batch * length ** 2 * d_model
+    return n_layers * per_layer + 2 * batch * length * d_model * vocab
+
+
+def flop_limit(extra_per_layer: int, d_model: int, n_layers: int, length: int, batch: int, mlp_ratio: int = 4,
+               vocab: int = 256) -> float:
+    "Time ratio (model + extra) / model if the extra FLOPs per layer ran at the model's matmul speed: the physical floor of a measured ratio."
+    base = model_flops(d_model, n_layers, length, batch, mlp_ratio, vocab)
+    return (base + n_layers * extra_per_layer) / base
