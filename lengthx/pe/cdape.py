@@ -19,26 +19,18 @@ from .dape import DAPE, DAPE_FIRE_SLOPE, channel_matmul
 # %% auto #0
 __all__ = ['tril_masked', 'key_unfold', 'key_shift_sum', 'ScoreConv', 'CDAPE', 'delta_p', 'cdape_flops']
 
-# %% ../../nbs/41_cdape.ipynb #a113aa93
+# %% ../../nbs/41_cdape.ipynb #9cf0a99a
 def tril_masked(x: Tensor, mask: Optional[Tensor]) -> Tensor:
     "Zero the score-map pixels [.., Tq, Tk] a query may not see (mask False); the tril of the full map, an offset tril in a block."
     return x if mask is None else x.masked_fill(~mask, 0.0)
 
 
 def key_unfold(parts: Sequence[Tensor], k: int) -> Tensor:
-    "Maps [n, cₚ, Tq, Tk] -> [n, Σcₚ·k, Tq·Tk] columns of a 1×k convolution: tap t holds the map shifted by t − k//2 keys, zero past a row's ends; written once, no padded copy."
-    n, (tq, tk), p = parts[0].shape[0], parts[0].shape[-2:], k // 2
-    cols = parts[0].new_empty(n, sum(x.shape[1] for x in parts), k, tq, tk)
-    c0 = 0
-    for x in parts:
-        c1 = c0 + x.shape[1]
-        for t in range(k):
-            d = t - p                                   # tap t at key j reads key j + d
-            lo, hi = max(0, -d), min(tk, tk - d)
-            cols[:, c0:c1, t, :, lo:hi] = x[..., lo + d:hi + d]
-            cols[:, c0:c1, t, :, :lo] = 0; cols[:, c0:c1, t, :, hi:] = 0
-        c0 = c1
-    return cols.view(n, -1, tq * tk)
+    "Maps [n, cₚ, Tq, Tk] -> [n, Σcₚ·k, Tq·Tk], the columns of a 1×k convolution: tap t holds the map shifted by t − k//2 keys, zero past a row's ends."
+    x = parts[0] if len(parts) == 1 else torch.cat(list(parts), dim=1)
+    (n, c, tq, tk), p = x.shape, k // 2
+    xp = F.pad(x, (p, p))                                  # out-of-place slices: in-place writes would make autograd clone the columns per write
+    return torch.stack([xp[..., t:t + tk] for t in range(k)], dim=2).view(n, c * k, tq * tk)
 
 
 def key_shift_sum(y: Tensor, bias: Optional[Tensor] = None) -> Tensor:
