@@ -17,31 +17,65 @@ from ..attention import PE, PEContext, register_pe
 from .dape import DAPE, DAPE_FIRE_SLOPE, channel_matmul
 
 # %% auto #0
-__all__ = ['tril_masked', 'key_unfold', 'key_shift_sum', 'ScoreConv', 'CDAPE', 'delta_p', 'cdape_flops']
+__all__ = ['tril_masked', 'KeyUnfold', 'KeyTapSum', 'key_unfold', 'key_shift_sum', 'ScoreConv', 'CDAPE', 'delta_p', 'cdape_flops']
 
-# %% ../../nbs/41_cdape.ipynb #9cf0a99a
+# %% ../../nbs/41_cdape.ipynb #21261a55
 def tril_masked(x: Tensor, mask: Optional[Tensor]) -> Tensor:
     "Zero the score-map pixels [.., Tq, Tk] a query may not see (mask False); the tril of the full map, an offset tril in a block."
     return x if mask is None else x.masked_fill(~mask, 0.0)
 
 
-def key_unfold(parts: Sequence[Tensor], k: int) -> Tensor:
-    "Maps [n, cₚ, Tq, Tk] -> [n, Σcₚ·k, Tq·Tk], the columns of a 1×k convolution: tap t holds the map shifted by t − k//2 keys, zero past a row's ends."
-    x = parts[0] if len(parts) == 1 else torch.cat(list(parts), dim=1)
-    (n, c, tq, tk), p = x.shape, k // 2
-    xp = F.pad(x, (p, p))                                  # out-of-place slices: in-place writes would make autograd clone the columns per write
-    return torch.stack([xp[..., t:t + tk] for t in range(k)], dim=2).view(n, c * k, tq * tk)
+def _taps(x: Tensor, k: int, reverse: bool = False) -> Tensor:
+    "[n, c, Tq, Tk] -> [n, k, c, Tq, Tk]: tap t is x shifted by d = t − k//2 keys (tap t at key j holds x at j + d, zero past a row's ends); d → −d if `reverse`."
+    n, c, tq, tk = x.shape
+    out = x.new_empty(n, k, c, tq, tk)
+    for t in range(k):
+        d = (k // 2 - t) if reverse else (t - k // 2)
+        lo, hi = max(0, -d), min(tk, tk - d)
+        out[:, t, ..., lo:hi] = x[..., lo + d:hi + d]
+        out[:, t, ..., :lo] = 0; out[:, t, ..., hi:] = 0
+    return out
+
+
+def _tap_sum(y: Tensor, reverse: bool = False) -> Tensor:
+    "[n, k, c, Tq, Tk] -> [n, c, Tq, Tk]: Σ_t of tap t shifted back, out[.., j] = Σ_t y_t[.., j + d] with d = t − k//2 (−d if `reverse`), zero past a row's ends."
+    k, tk = y.shape[1], y.shape[-1]
+    out = y[:, k // 2].clone()
+    for t in range(k):
+        d = (k // 2 - t) if reverse else (t - k // 2)
+        if d > 0: out[..., :tk - d] += y[:, t, ..., d:]
+        elif d < 0: out[..., -d:] += y[:, t, ..., :tk + d]
+    return out
+
+
+class KeyUnfold(torch.autograd.Function):
+    "x [n, c, Tq, Tk] -> its k key taps [n, k, c, Tq, Tk]; the backward is the adjoint, a tap sum with the shifts reversed (no per-slice copies)."
+    @staticmethod
+    def forward(ctx, x: Tensor, k: int) -> Tensor: return _taps(x, k)
+    @staticmethod
+    def backward(ctx, g: Tensor): return _tap_sum(g, reverse=True), None
+
+
+class KeyTapSum(torch.autograd.Function):
+    "y [n, k, c, Tq, Tk] -> Σ_t tap t shifted back [n, c, Tq, Tk]; the backward is the adjoint, the taps of the gradient with the shifts reversed."
+    @staticmethod
+    def forward(ctx, y: Tensor) -> Tensor:
+        ctx.k = y.shape[1]
+        return _tap_sum(y)
+    @staticmethod
+    def backward(ctx, g: Tensor): return _taps(g, ctx.k, reverse=True)
+
+
+def key_unfold(x: Tensor, k: int) -> Tensor:
+    "[n, c, Tq, Tk] -> [n, k·c, Tq·Tk], the columns of a 1×k convolution along the keys (tap-major)."
+    n, c, tq, tk = x.shape
+    return KeyUnfold.apply(x, k).view(n, k * c, tq * tk)
 
 
 def key_shift_sum(y: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     "[n, k, C, Tq, Tk] -> [n, C, Tq, Tk]: out[.., j] = bias + Σ_t y_t[.., j + t − k//2] (zero past a row's ends), a 1×k convolution's sum over taps."
-    k, tk = y.shape[1], y.shape[-1]
-    out = y[:, k // 2] + bias[:, None, None] if bias is not None else y[:, k // 2].clone()
-    for t in range(k):
-        d = t - k // 2
-        if d > 0: out[..., :tk - d] += y[:, t, ..., d:]
-        elif d < 0: out[..., -d:] += y[:, t, ..., :tk + d]
-    return out
+    out = KeyTapSum.apply(y)
+    return out if bias is None else out + bias[:, None, None]
 
 
 class ScoreConv(nn.Module):
@@ -59,11 +93,13 @@ class ScoreConv(nn.Module):
         if sum(sizes) != self.conv1.in_channels:
             raise ValueError(f"f expects {self.conv1.in_channels} channels, got {sizes}")
         n, (tq, tk) = max(p.shape[0] for p in parts), parts[0].shape[-2:]
-        w1 = [rearrange(w, "d c 1 k -> d (c k)") for w in self.conv1.weight.split(sizes, dim=1)]
+        w1 = [rearrange(w, "d c 1 k -> d k c") for w in self.conv1.weight.split(sizes, dim=1)]
         groups = [[i for i, p in enumerate(parts) if (p.shape[0] == 1 < n) == sh] for sh in (True, False)]   # shared, own
         groups = [g for g in groups if g]
-        cols = [key_unfold([tril_masked(parts[i], mask) for i in g], self.k) for g in groups]   # Conv1 = W1 · columns
-        h = F.leaky_relu_(channel_matmul(cols, [torch.cat([w1[i] for i in g], 1) for g in groups], self.conv1.bias), self.slope)
+        cat = lambda xs, dim: xs[0] if len(xs) == 1 else torch.cat(xs, dim)
+        cols = [key_unfold(cat([tril_masked(parts[i], mask) for i in g], 1), self.k) for g in groups]   # Conv1 = W1 · columns
+        w1 = [rearrange(cat([w1[i] for i in g], 2), "d k c -> d (k c)") for g in groups]
+        h = F.leaky_relu_(channel_matmul(cols, w1, self.conv1.bias), self.slope)
         w2 = rearrange(self.conv2.weight, "h d 1 k -> (k h) d")
         y = torch.bmm(w2.expand(n, *w2.shape), h).view(n, self.k, -1, tq, tk)   # every tap's W2_t h in one product
         if mask is not None: y = y.masked_fill_(~mask, 0.0)                # the tril of h, moved past the linear W2_t
