@@ -74,3 +74,63 @@ def test_model_training_step_chunked_equals_naive(spec):
     assert abs(got["naive"][0] - got["chunked"][0]) < 1e-5
     assert got["naive"][1].keys() == got["chunked"][1].keys()
     for n, g in got["naive"][1].items(): assert torch.allclose(got["chunked"][1][n], g, atol=1e-5, rtol=1e-4), n
+
+
+# The fast forms of f (channel-first batched matmuls; CDAPE's columns and tap shift-sum) against the plain ones.
+from lengthx.attention import CHUNK_INFER_LEN, CHUNK_TRAIN_LEN, causal_mask, pick_path  # noqa: E402
+from lengthx.pe.cdape import ScoreConv  # noqa: E402
+from lengthx.pe.dape import ScoreMLP  # noqa: E402
+
+
+def fast_and_plain(f, parts, **kw):
+    "Outputs and gradients (every input and parameter) of f's fast forward and of its plain reference, one cotangent."
+    parts = [p.detach().requires_grad_() for p in parts]
+    wrt = [*parts, *f.parameters()]
+    fast, plain = f(*parts, **kw), f.reference(*parts, **kw)
+    g = torch.randn_like(fast)
+    return (fast, torch.autograd.grad((fast * g).sum(), wrt)), (plain, torch.autograd.grad((plain * g).sum(), wrt))
+
+
+@pytest.mark.parametrize("bias_batch", [1, 3])
+@pytest.mark.parametrize("make", [lambda: ScoreMLP(8, 16, 4), lambda: ScoreConv(8, 16, 4, k=1),
+                                  lambda: ScoreConv(8, 16, 4, k=3), lambda: ScoreConv(8, 16, 4, k=5)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_fast_f_equals_plain_f(make, bias_batch, masked):
+    torch.manual_seed(1)
+    f = make()
+    for p in f.parameters():
+        with torch.no_grad(): p.normal_(0, 0.3)
+    s, b = torch.randn(3, 4, 7, 11), torch.randn(bias_batch, 4, 7, 11)
+    kw = {"mask": causal_mask(7, 11, q_offset=4)} if masked and isinstance(f, ScoreConv) else {}
+    (o, g), (o_ref, g_ref) = fast_and_plain(f, [s, b], **kw)
+    assert o.shape == o_ref.shape == (3, 4, 7, 11)
+    assert (o - o_ref).abs().max() < 1e-5
+    assert len(g) == len(g_ref) == 2 + len(list(f.parameters()))
+    for a, r in zip(g, g_ref):
+        assert r.abs().max() > 0
+        assert torch.allclose(a, r, atol=1e-5, rtol=1e-4), (a - r).abs().max()
+
+
+def test_pick_path_chunks_refine_pes_at_inference_only():
+    pe = build_pe("dape:kerple_log", n_heads=4, head_dim=8, max_len=64)
+    cpu = torch.device("cpu")
+    with torch.no_grad():
+        assert pick_path(pe, CHUNK_INFER_LEN, cpu) == "naive" and pick_path(pe, CHUNK_INFER_LEN + 1, cpu) == "chunked"
+    assert CHUNK_INFER_LEN < CHUNK_TRAIN_LEN
+    assert pick_path(pe, CHUNK_TRAIN_LEN, cpu) == "naive"                # autograd on: chunked would recompute each block
+    assert pick_path(pe, CHUNK_TRAIN_LEN + 1, cpu) == "chunked"          # ... until f's T×T hidden map would not fit
+    assert pick_path(build_pe("kerple_log", n_heads=4, head_dim=8, max_len=64), CHUNK_INFER_LEN + 1, cpu) == "sdpa"
+
+
+@pytest.mark.parametrize("spec", ["dape:kerple_log", "cdape:k=3:kerple_log"])
+def test_auto_inference_beyond_chunk_infer_len_equals_naive(spec):
+    torch.manual_seed(0)
+    T = CHUNK_INFER_LEN + 37                       # not a multiple of the block
+    m = GPT(GPTConfig(n_layer=1, n_head=2, d_model=16, pe=spec, max_len=T)).eval()
+    for p in m.pe.parameters():
+        with torch.no_grad(): p.normal_(0, 0.3)
+    idx = torch.randint(0, 256, (1, T))
+    with torch.no_grad():
+        assert pick_path(m.pe, T, idx.device) == "chunked"
+        auto, naive = m(idx), m(idx, path="naive")
+    assert (auto - naive).abs().max() < 1e-4
