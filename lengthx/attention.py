@@ -16,11 +16,11 @@ from einops import rearrange
 from torch import Tensor, nn
 
 # %% auto #0
-__all__ = ['PATHS', 'CHUNK_AUTO_LEN', 'MAX_SPEC_DEPTH', 'Positions', 'PEContext', 'PE', 'WrappedPE', 'causal_mask', 'pick_path',
-           'consecutive', 'toeplitz_ok', 'offsets_bias_row', 'toeplitz', 'KeyReversedMask', 'toeplitz_key_reversed',
-           'relative_bias_matrix', 'additive_mask', 'attention', 'Opt', 'PEFamily', 'register_pe', 'known_pes',
-           'pe_examples', 'PESpecError', 'unknown_pe_error', 'parse_spec', 'build_pe', 'pe_help', 'pe_options_markdown',
-           'check_paths_agree']
+__all__ = ['PATHS', 'CHUNK_AUTO_LEN', 'CHUNK_INFER_LEN', 'CHUNK_TRAIN_LEN', 'MAX_SPEC_DEPTH', 'Positions', 'PEContext', 'PE',
+           'WrappedPE', 'causal_mask', 'pick_path', 'consecutive', 'toeplitz_ok', 'offsets_bias_row', 'toeplitz',
+           'KeyReversedMask', 'toeplitz_key_reversed', 'relative_bias_matrix', 'additive_mask', 'attention', 'Opt',
+           'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError', 'unknown_pe_error', 'parse_spec',
+           'build_pe', 'pe_help', 'pe_options_markdown', 'check_paths_agree']
 
 # %% ../nbs/01_attention.ipynb #8cada530
 @dataclass
@@ -166,7 +166,9 @@ class WrappedPE(PE):
 
 # %% ../nbs/01_attention.ipynb #ddfeb723
 PATHS = ("naive", "sdpa", "flex", "chunked")
-CHUNK_AUTO_LEN = 2048   # auto switches from naive to chunked for refine/logits PEs beyond this length
+CHUNK_AUTO_LEN = 2048   # auto switches to chunked beyond this for logits PEs, and for biases on a CPU
+CHUNK_INFER_LEN = 512   # refine PEs without autograd go chunked beyond this: the blocks skip the masked half (DAPE at T=2048: about 2x faster than naive)
+CHUNK_TRAIN_LEN = 1024  # refine PEs under autograd go chunked beyond this: naive keeps f's [B, 32, T, T] hidden per layer (512 MiB a sequence at T=2048)
 
 
 def causal_mask(tq: int, tk: int, device=None, q_offset: int = 0) -> Tensor:
@@ -178,7 +180,8 @@ def causal_mask(tq: int, tk: int, device=None, q_offset: int = 0) -> Tensor:
 def pick_path(pe: PE, length: int, device: torch.device, need_weights: bool = False) -> str:
     "The fastest path `pe` allows: flash sdpa, flex on GPU for biases, chunked where a T×T tensor would not fit."
     if need_weights: return "naive"
-    if pe.uses_refine or pe.uses_logits: return "chunked" if length > CHUNK_AUTO_LEN else "naive"
+    if pe.uses_refine: return "chunked" if length > (CHUNK_TRAIN_LEN if torch.is_grad_enabled() else CHUNK_INFER_LEN) else "naive"
+    if pe.uses_logits: return "chunked" if length > CHUNK_AUTO_LEN else "naive"
     if pe.uses_bias and device.type == "cuda": return "flex"
     if pe.uses_bias and length > CHUNK_AUTO_LEN and not pe.relative_bias:
         return "chunked"   # CPU: sdpa would materialize a [B, H, T, T] mask (a relative bias is a view of 2T−1 numbers)
