@@ -3,6 +3,8 @@ the anchored last_k protocol; the reader of older result files."""
 import json
 import math
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -188,18 +190,37 @@ def test_cli_protocol_anchors_last_k_at_the_longest_default_length():
 
 # --- reading results ----------------------------------------------------------------------------------------------
 
-def test_the_committed_older_files_read_without_changing_a_number():
-    recs = X.load_results([ROOT / "nbs" / "results"])
-    legacy = [r for r in recs if r["provenance"].get("legacy")]
-    assert {r["unit"] for r in legacy} >= {"main", "seeds", "cdape", "protocols", "position", "cost", "che", "recall", "cot", "sweep"}
-    raw = json.loads((ROOT / "nbs" / "results" / "experiments_cpu.json").read_text())
-    view = X.experiments_view(recs, "cpu")
-    assert view["units"]["rope|seed=0"]["ppl"] == raw["units"]["rope|seed=0"]["ppl"]
-    assert view["units"]["cdape:k=3:kerple_log|seed=0"]["group"] == "main"
-    cot = X.pick(recs, "cot", "cpu")
-    raw_cot = json.loads((ROOT / "nbs" / "results" / "cot_cpu.json").read_text())
-    assert cot["result"]["seeds"]["0"] == raw_cot["result"] and cot["provenance"]["git_sha"] == raw_cot["provenance"]["git_sha"]
-    assert "older format: cot_cpu.json" in X.provenance_line(cot)
+def test_every_committed_result_names_a_clean_commit_that_holds_its_code():
+    files = sorted(p for p in (ROOT / "nbs" / "results").glob("*.json") if p.name != "chapter_times.json")
+    assert {p.name.split("_")[0] for p in files} >= {"main", "seeds", "protocols", "position", "cdape", "che", "recall", "cot", "sweep"}
+    for p in files:
+        rec = json.loads(p.read_text())
+        assert X.is_result(rec) and p.name == f"{rec['unit']}_{rec['preset']}.json", p.name
+        prov = rec["provenance"]
+        assert prov["git_dirty"] is False and len(prov["git_sha"]) == 40 and prov["source_sha256"], p.name
+        if (ROOT / ".git").exists():   # a clone: the commit is in the history and holds the code that made the file
+            r = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{prov['git_sha']}:lengthx/experiments.py"],
+                               capture_output=True)
+            assert r.returncode == 0, f"{p.name}: commit {prov['git_sha'][:10]} does not hold lengthx/experiments.py"
+
+
+def test_committed_results_are_downloaded_for_a_run_without_a_checkout(tmp_path, monkeypatch):
+    import io, types, urllib.error, urllib.request
+    served = {p.name: p.read_bytes() for p in (ROOT / "nbs" / "results").glob("*_cpu.json")}
+    def urlopen(url, timeout=None):
+        name = url.rsplit("/", 1)[1]
+        if name not in served: raise urllib.error.HTTPError(url, 404, "not found", None, None)
+        return io.BytesIO(served[name])
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    d = X.committed_results(tmp_path / "cache")
+    assert sorted(p.name for p in d.glob("*.json")) == sorted(n for n in served if n.split("_")[0] in X.UNITS)
+    assert X.pick(X.load_results([d]), "main", "cpu") is not None
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("LENGTHX_RESULTS", raising=False)
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    assert X.result_dirs() == [tmp_path / ".cache" / "lengthx" / "results"]
+    assert X.pick(X.load_results(), "cot", "cpu")["result"] == json.loads(served["cot_cpu.json"])["result"]
 
 
 def test_results_from_another_directory_are_grouped_by_device(smoke, tmp_path, monkeypatch):
@@ -210,7 +231,7 @@ def test_results_from_another_directory_are_grouped_by_device(smoke, tmp_path, m
     monkeypatch.chdir(ROOT)
     recs = X.load_results()
     assert X.pick(recs, "main", "smoke", gpu=True)["provenance"]["cuda_device"] == "NVIDIA L4"
-    assert X.pick(recs, "main", "cpu", gpu=False)["provenance"].get("legacy")
+    assert X.pick(recs, "main", "cpu", gpu=False)["provenance"]["git_dirty"] is False
     assert "| smoke | NVIDIA L4 | main |" in X.results_overview(recs)
 
 
