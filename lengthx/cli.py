@@ -476,7 +476,9 @@ with torch.no_grad():
         t = time.perf_counter(); attention(q, k, v, pe, pos, path=path)
         if cuda: torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
-peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def hwm():   # peak resident bytes of this process image: VmHWM, which (unlike ru_maxrss) is not inherited through fork+exec
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+peak = torch.cuda.max_memory_allocated() if cuda else hwm()
 print(json.dumps({"seconds": sorted(times)[len(times) // 2], "peak_mib": (peak - before) / 2**20}))
 """
 

@@ -420,6 +420,8 @@ import json, resource, sys, time, torch
 from lengthx.evaluate import perplexity
 from lengthx.model import GPT, GPTConfig
 spec, preset, T, device = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+def hwm():   # peak resident bytes of this process image: VmHWM, which (unlike ru_maxrss) is not inherited through fork+exec
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:"))
 torch.manual_seed(0)
 model = GPT(GPTConfig.preset(preset, pe=spec, max_len=64)).eval().to(device)
 tokens = torch.randint(0, 256, (T + 1,))
@@ -430,7 +432,7 @@ for _ in range(2):                                                         # the
     _, plan = perplexity(model, tokens, T, k=64, n_windows=1, return_plan=True)
     times.append(time.perf_counter() - t)
 print(json.dumps({"seconds": min(times), "path": plan.path, "estimate_mib": (plan.estimate or 0) / 2**20,
-                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_rss_mib": hwm() / 2**20}))
 """
 
 
