@@ -32,6 +32,7 @@ def _taps(x: Tensor, k: int, reverse: bool = False) -> Tensor:
     for t in range(k):
         d = (k // 2 - t) if reverse else (t - k // 2)
         lo, hi = max(0, -d), min(tk, tk - d)
+        if hi <= lo: out[:, t] = 0; continue   # a shift as long as the row (kernel wider than the keys): all zero
         out[:, t, ..., lo:hi] = x[..., lo + d:hi + d]
         out[:, t, ..., :lo] = 0; out[:, t, ..., hi:] = 0
     return out
@@ -43,6 +44,7 @@ def _tap_sum(y: Tensor, reverse: bool = False) -> Tensor:
     out = y[:, k // 2].clone()
     for t in range(k):
         d = (k // 2 - t) if reverse else (t - k // 2)
+        if abs(d) >= tk: continue                     # shifted past the row's ends: adds nothing
         if d > 0: out[..., :tk - d] += y[:, t, ..., d:]
         elif d < 0: out[..., -d:] += y[:, t, ..., :tk + d]
     return out
