@@ -20,7 +20,7 @@ __all__ = ['PATHS', 'CHUNK_AUTO_LEN', 'CHUNK_INFER_LEN', 'CHUNK_TRAIN_LEN', 'MAX
            'WrappedPE', 'causal_mask', 'pick_path', 'consecutive', 'toeplitz_ok', 'offsets_bias_row', 'toeplitz',
            'KeyReversedMask', 'toeplitz_key_reversed', 'relative_bias_matrix', 'additive_mask', 'attention', 'Opt',
            'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError', 'unknown_pe_error', 'parse_spec',
-           'build_pe', 'pe_help', 'pe_options_markdown', 'check_paths_agree']
+           'build_pe', 'pe_help', 'pe_options_markdown', 'check_paths_agree', 'check_spec', 'expand_specs']
 
 # %% ../nbs/01_attention.ipynb #8cada530
 @dataclass
@@ -645,3 +645,37 @@ def check_paths_agree(spec: str, *, n_heads: int = 4, head_dim: int = 8, length:
     bad = {p: d for p, d in diffs.items() if not d <= atol}
     if bad: raise AssertionError(f"{spec}: paths disagree with naive: {bad}")
     return diffs
+
+# %% ../nbs/01_attention.ipynb #ecfb4cf1
+def _one_line(e: BaseException) -> str:
+    "An exception's message on one line (the type's name when it has none)."
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def check_spec(spec: str, *, n_heads: int = 4, head_dim: int = 16, d_model: Optional[int] = None, n_layers: int = 1,
+               max_len: int = 64, causal: bool = True, sep_ids: tuple = (10, 46)) -> None:
+    "Build `spec` and run one tiny attention call with it: a bad spec is one `ValueError`, before any training."
+    T = min(8, max_len)
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(0)
+            pe = build_pe(spec, n_heads=n_heads, head_dim=head_dim, d_model=d_model, n_layers=n_layers,
+                          max_len=max_len, sep_ids=sep_ids)
+            ids = torch.randint(0, 256, (1, T))
+            pos = pe.make_positions(ids)
+            x = pe.embed(torch.randn(1, T, d_model or n_heads * head_dim), pos)
+            q, k, v = (torch.randn(1, n_heads, T, head_dim) for _ in range(3))
+            y = attention(q, k, v, pe, pos, causal=causal, path="naive")
+    except ValueError as e:
+        if spec in str(e): raise
+        raise ValueError(f"PE spec {spec!r}: {_one_line(e)}") from None
+    except Exception as e:    # a spec whose options make the PE impossible to build or run is bad input
+        raise ValueError(f"PE spec {spec!r} cannot be used: {type(e).__name__}: {e}") from None
+    if not (torch.isfinite(y).all() and torch.isfinite(x).all()):
+        raise ValueError(f"PE spec {spec!r} gives non-finite attention scores; check its numeric options")
+
+
+def expand_specs(specs) -> list[str]:
+    "`default` / `all` -> the registry's example specs; a list of specs stays as it is (duplicates dropped)."
+    if list(specs) in (["default"], ["all"]): return pe_examples(specs[0])
+    return list(dict.fromkeys(specs))

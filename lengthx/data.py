@@ -23,12 +23,13 @@ import torch
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['SPLITS', 'SPLIT_PERCENT', 'SKIP_DIRS', 'TEXT_SUFFIXES', 'EOT_TEXT', 'TOKENS_FORMAT', 'HF_CORPORA', 'stdlib_root',
-           'split_of', 'stdlib_files', 'DataWarning', 'decode_utf8', 'stdlib_corpus', 'corpus_info', 'text_file_corpus',
-           'ByteTokenizer', 'BPETokenizer', 'default_cache_dir', 'atomic_write_bytes', 'corpus_cache_key',
-           'tensor_sha256', 'read_token_cache', 'cached_tokens', 'corpus_tokens', 'encode_corpus', 'LockedError',
-           'atomic_write_json', 'exclusive_lock', 'get_batch', 'step_generator', 'batch_at', 'HFSource', 'hf_source',
-           'wikitext_articles', 'hf_documents', 'hf_cache_key', 'hf_tokens', 'load_tokens']
+__all__ = ['SPLITS', 'SPLIT_PERCENT', 'SKIP_DIRS', 'TEXT_SUFFIXES', 'EOT_TEXT', 'TOKENS_FORMAT', 'HF_CORPORA', 'CORPORA',
+           'stdlib_root', 'split_of', 'stdlib_files', 'DataWarning', 'decode_utf8', 'stdlib_corpus', 'corpus_info',
+           'text_file_corpus', 'ByteTokenizer', 'BPETokenizer', 'default_cache_dir', 'atomic_write_bytes',
+           'corpus_cache_key', 'tensor_sha256', 'read_token_cache', 'cached_tokens', 'corpus_tokens', 'encode_corpus',
+           'LockedError', 'atomic_write_json', 'exclusive_lock', 'get_batch', 'step_generator', 'batch_at', 'HFSource',
+           'hf_source', 'wikitext_articles', 'hf_documents', 'hf_cache_key', 'hf_tokens', 'load_tokens',
+           'check_cache_dir', 'check_corpus', 'corpus_split']
 
 # %% ../nbs/51_data.ipynb #38b96dc6
 SPLITS = ("train", "validation", "test")
@@ -557,3 +558,43 @@ def load_tokens(corpus: Union[str, HFSource] = "stdlib", split: str = "train", t
     "Tokens of a named corpus: `stdlib` (no download) or a name in `HF_CORPORA`; `kw` go to `hf_tokens`/`corpus_tokens`."
     if corpus == "stdlib": return corpus_tokens(split, tokenizer, **kw)
     return hf_tokens(corpus, split, tokenizer, **kw)
+
+# %% ../nbs/51_data.ipynb #fe4c094c
+CORPORA = ("stdlib", "pg19", "arxiv", "github", "wikitext103")    # or a directory of text files
+
+
+def check_cache_dir() -> None:
+    "Refuse a `LENGTHX_CACHE` that cannot hold the token cache (a file, or a path under a file) before any work."
+    env = os.environ.get("LENGTHX_CACHE")
+    if not env: return
+    p = Path(env).expanduser()
+    while not p.exists() and p != p.parent: p = p.parent     # the nearest part of the path that exists
+    if not p.is_dir():
+        raise ValueError(f"LENGTHX_CACHE={env} cannot be a cache directory: {p} is a file; "
+                         "point it at a directory or unset it")
+
+
+def check_corpus(corpus: str) -> str:
+    "A corpus name (`CORPORA`) or an existing directory of text files; anything else is a one-line error."
+    if not isinstance(corpus, str) or not corpus.strip():
+        raise ValueError(f"--corpus must name a corpus ({', '.join(CORPORA)}) or a directory of text files (got {corpus!r})")
+    if corpus == "stdlib": return corpus
+    if corpus in CORPORA:
+        try: _import_datasets()
+        except ImportError as e: raise ValueError(f"--corpus {corpus}: {e}") from None
+        return corpus
+    p = Path(corpus).expanduser()
+    if p.is_dir(): return str(p.resolve())
+    raise ValueError(f"unknown corpus {corpus!r}: choose {', '.join(CORPORA)}, or give a directory of text files")
+
+
+def corpus_split(corpus: str, split: str) -> Tensor:
+    "One split of a corpus as tokens: the stdlib (embedded), a Hugging Face corpus, or a directory's text files."
+    corpus = check_corpus(corpus)
+    if corpus == "stdlib": return corpus_tokens(split)
+    if corpus in HF_CORPORA: return hf_tokens(corpus, split)
+    root = Path(corpus)
+    files = [f for f in sorted(root.rglob("*")) if f.is_file() and f.suffix in TEXT_SUFFIXES
+             and split_of(f.relative_to(root)) == split]
+    if not files: raise ValueError(f"no text files of split {split!r} under {corpus}")
+    return encode_corpus(text_file_corpus(files))

@@ -17,11 +17,13 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from .attention import PE, build_pe, pick_path
+
 # %% auto #0
-__all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'check_protocol_args', 'last_k_windows', 'nonoverlap_windows',
+__all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'PROTOCOL', 'check_protocol_args', 'last_k_windows', 'nonoverlap_windows',
            'sliding_windows', 'protocol_windows', 'window_losses', 'parse_bytes', 'format_bytes', 'memory_budget',
            'estimate_eval_memory', 'EvalPlan', 'plan_eval', 'perplexity', 'window_ppl_interval', 'position_losses',
-           'ppl_curve', 'eval_lengths', 'plot_ppl']
+           'ppl_curve', 'eval_lengths', 'plot_ppl', 'Protocol', 'check_protocol', 'check_lengths']
 
 # %% ../nbs/53_evaluate.ipynb #12c3b9d5
 PROTOCOLS = ("last_k", "nonoverlap", "sliding")
@@ -168,7 +170,6 @@ def memory_budget(device=None) -> int:
 def _pe_of(model_or_cfg):
     "The model's PE module, or one built from a GPTConfig (cheap: a PE has few parameters)."
     if hasattr(model_or_cfg, "pe") and not isinstance(model_or_cfg.pe, str): return model_or_cfg.pe
-    from lengthx.attention import build_pe
     c = model_or_cfg
     return build_pe(c.pe, n_heads=c.n_head, head_dim=c.head_dim, d_model=c.d_model, n_layers=c.n_layer,
                     max_len=c.max_len, sep_ids=c.sep_ids)
@@ -177,7 +178,6 @@ def _pe_of(model_or_cfg):
 def estimate_eval_memory(model_or_cfg, length: int, *, batch: int = 1, path: str = "auto", device=None,
                          block: int = 256) -> int:
     "Estimated peak bytes of one no-grad forward of `batch` windows of `length` on attention `path` (float32)."
-    from lengthx.attention import PE, pick_path
     cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
     _int_arg("length", length, 1); _int_arg("batch", batch, 1)
     pe, device = _pe_of(model_or_cfg), torch.device(device or "cpu")
@@ -221,7 +221,6 @@ def plan_eval(model, length: int, *, batch: int = 1, budget: Optional[int] = Non
     "The first of (default path, fewer windows per forward, chunked path) whose estimate fits the budget; ValueError if none."
     cfg = getattr(model, "cfg", None)
     if cfg is None or not hasattr(cfg, "n_head"): return EvalPlan(None, batch)
-    from lengthx.attention import pick_path
     dev = torch.device(device) if device is not None else _device_of(model)
     explicit = budget is not None or bool(os.environ.get("LENGTHX_MEM_BUDGET"))
     budget = memory_budget(dev) if budget is None else budget
@@ -311,3 +310,53 @@ def plot_ppl(curves: dict[str, dict[int, float]], train_len: Optional[int] = Non
     ax.set(xlabel="evaluation length", ylabel="perplexity", title=title)
     ax.legend(fontsize=7, ncol=1 if len(curves) <= 12 else 2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax
+
+# %% ../nbs/53_evaluate.ipynb #5ff0a81c
+@dataclass(frozen=True)
+class Protocol:
+    "How `eval` and `sweep` measure perplexity; `PROTOCOL` below is the one set of defaults both use."
+    protocol: str = "last_k"
+    k: Optional[int] = None        # last_k: score the last k targets of each window; None = the training length
+    n_windows: int = 16            # windows per length (nonoverlap and sliding: a budget of n_windows * L tokens)
+    stride: Optional[int] = None   # sliding: the window's step; None = L // 2
+    max_factor: int = 16           # default lengths: 1x, 2x, 4x, ... max_factor x the training length
+    anchored: bool = True          # last_k: the same targets at every length ≤ train_len x max_factor
+
+    def k_at(self, train_len: int) -> int: return self.k or train_len
+
+    def anchor_at(self, length: int, train_len: int) -> Optional[int]:
+        "last_k's anchor: the longest default length (or `length` beyond it); None when not anchored."
+        if self.protocol != "last_k" or not self.anchored: return None
+        return max(train_len * self.max_factor, length)
+
+    def kwargs(self, length: int, train_len: int) -> dict:
+        "Keyword arguments of `perplexity` for one evaluation length."
+        return dict(protocol=self.protocol, k=self.k_at(train_len), stride=self.stride, n_windows=self.n_windows,
+                    max_tokens=self.n_windows * length, anchor=self.anchor_at(length, train_len))
+
+    def label(self, length: int, train_len: int) -> str:
+        "The settings a perplexity depends on, printed beside every number."
+        if self.protocol == "last_k":
+            a = self.anchor_at(length, train_len)
+            how = f"k={self.k_at(train_len)}, {self.n_windows} windows" + (f", anchored at {a}" if a else "")
+        elif self.protocol == "sliding": how = f"stride={self.stride or max(1, length // 2)}, {self.n_windows}·L tokens"
+        else: how = f"{self.n_windows} windows"
+        return f"{self.protocol}, {how}, L={length}"
+
+
+PROTOCOL = Protocol()
+
+
+def check_protocol(p: Protocol, lengths: Sequence[int]) -> None:
+    "Protocol options against the evaluation lengths, before any evaluation."
+    if p.protocol not in PROTOCOLS: raise ValueError(f"--protocol must be one of {', '.join(PROTOCOLS)} (got {p.protocol!r})")
+    if p.stride is not None and p.protocol == "sliding" and p.stride > min(lengths):
+        raise ValueError(f"--stride {p.stride} is longer than the shortest evaluation length {min(lengths)}")
+
+
+def check_lengths(lengths: Sequence[int], n_tokens: int, split: str) -> None:
+    "Every evaluation length needs a window of L + 1 tokens from the split."
+    too_long = [L for L in lengths if L + 1 >= n_tokens]
+    if too_long:
+        raise ValueError(f"length {too_long[0]} needs more than the {n_tokens} tokens of the {split} split; "
+                         f"the longest possible is {n_tokens - 2}")

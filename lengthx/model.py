@@ -14,10 +14,11 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .attention import PATHS, PE, Positions, additive_mask, attention, build_pe, pick_path, relative_bias_matrix
+from .attention import PATHS, PE, check_spec, Positions, additive_mask, attention, build_pe, pick_path, relative_bias_matrix
 
 # %% auto #0
-__all__ = ['PRESETS', 'PRESET_ALIASES', 'GPTConfig', 'SelfAttention', 'Block', 'GPT', 'flops_per_token']
+__all__ = ['PRESETS', 'PRESET_ALIASES', 'GPTConfig', 'SelfAttention', 'Block', 'GPT', 'flops_per_token', 'pe_shape',
+           'check_model_spec']
 
 # %% ../nbs/50_model.ipynb #507f9a24
 PRESETS = {
@@ -186,3 +187,14 @@ def flops_per_token(cfg: GPTConfig, length: int) -> float:
     "Training FLOPs per token, 6N + 12·L·T·d (PaLM app. B, nanoGPT's estimate_mfu); N = 12·L·d² + V·d weights that multiply."
     n = 12 * cfg.n_layer * cfg.d_model ** 2 + cfg.vocab_size * cfg.d_model
     return 6 * n + 12 * cfg.n_layer * length * cfg.d_model
+
+# %% ../nbs/50_model.ipynb #5cbf40af
+def pe_shape(cfg: GPTConfig) -> dict:
+    "The keyword arguments `check_spec` and `build_pe` need to build `cfg`'s PE at its real shape."
+    return dict(n_heads=cfg.n_head, head_dim=cfg.d_model // cfg.n_head, d_model=cfg.d_model, n_layers=cfg.n_layer,
+                max_len=cfg.max_len, causal=cfg.causal, sep_ids=tuple(cfg.sep_ids))
+
+
+def check_model_spec(cfg: GPTConfig) -> None:
+    "One `ValueError` naming the spec when `cfg.pe` cannot be built and run at `cfg`'s shape."
+    check_spec(cfg.pe, **pe_shape(cfg))

@@ -16,6 +16,7 @@ from einops import rearrange
 from torch import Tensor
 
 from .model import GPT, GPTConfig
+from .results import provenance
 
 # %% auto #0
 __all__ = ['COT_MOD', 'COT_SYMBOLS', 'COT_ID', 'Recall', 'train_decoder', 'recall_accuracy', 'random_expression', 'reduce_step',
@@ -254,13 +255,12 @@ def run_and_save(path: str, experiment: str, **kwargs) -> dict:
     "Run `recall_experiment` or `cot_experiment` with `kwargs` and write the result, the call and provenance to `path`."
     import json, os
     from pathlib import Path
-    from lengthx.tasks import _provenance
     fn = {"recall_experiment": recall_experiment, "cot_experiment": cot_experiment}[experiment]
     t0 = time.time()
     res = fn(**kwargs)
     out = {"command": f"python -c \"from lengthx.recall import run_and_save; run_and_save({path!r}, {experiment!r}, "
                       + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")\"",
-           "kwargs": kwargs, "provenance": _provenance(), "wall_seconds": round(time.time() - t0, 1), "result": res}
+           "kwargs": kwargs, "provenance": provenance(), "wall_seconds": round(time.time() - t0, 1), "result": res}
     p = Path(path); p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(".tmp"); tmp.write_text(json.dumps(out, indent=1)); os.replace(tmp, p)
     return out

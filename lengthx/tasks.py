@@ -24,12 +24,13 @@ from torch import Tensor
 
 from .attention import Positions, build_pe, parse_spec
 from .model import GPT, GPTConfig
+from .pe.random import randomized_positions
+from .results import provenance
 
 # %% auto #0
 __all__ = ['MOD', 'ARITH', 'MAB_SYMBOLS', 'EQ_SYMBOLS', 'AB', 'BITS', 'ENDED', 'Task', 'evaluate_mod', 'bracket_expression',
            'add_bits', 'che_tasks', 'encoder_batch', 'che_spec', 'CHEConfig', 'che_loss', 'masked_accuracy',
-           'che_positions', 'train_che', 'eval_che', 'run_che', 'run_che_grid', 'che_table', 'parse_lengths',
-           'tasks_command']
+           'che_positions', 'train_che', 'eval_che', 'run_che', 'run_che_grid', 'che_table']
 
 # %% ../nbs/60_che.ipynb #479d2898
 def _py_rng(generator: Optional[torch.Generator]) -> random.Random:
@@ -489,7 +490,6 @@ def che_positions(cfg: CHEConfig, batch: int, length: int, generator: torch.Gene
     "Positions for one batch: a fresh sorted draw from 0..max_pos-1 (shared by the rows) when randomized, else None (0..T-1)."
     if cfg.spec == cfg.pe: return None
     if length > cfg.max_pos: raise ValueError(f"{length} tokens do not fit in {cfg.max_pos} randomized positions; raise max_pos")
-    from lengthx.pe.random import randomized_positions
     tok = randomized_positions(length, cfg.max_pos, generator).to(device)
     return Positions(token=tok[None].expand(batch, length))
 
@@ -554,12 +554,6 @@ def eval_che(model: GPT, cfg: CHEConfig, lengths: Optional[Sequence[int]] = None
     return out
 
 # %% ../nbs/60_che.ipynb #70654e03
-def _provenance() -> dict:
-    "Where and with what a result was made: the one provenance record of the command line (chapter 54)."
-    from lengthx.cli import provenance   # stdlib-only at import, so no cycle: cli imports tasks inside its commands
-    return provenance()
-
-
 def run_che(cfg: CHEConfig, progress: bool = False) -> dict:
     "Train then evaluate one (task, PE); accuracies per test length, the score, and timings."
     t0 = time.time()
@@ -588,7 +582,7 @@ def run_che_grid(tasks: Sequence[str], pes: Sequence[str], base: CHEConfig, out:
                  d_model=base.d_model, n_layers=base.n_layer, max_len=base.max_pos)
     settings = {k: v for k, v in asdict(base).items() if k not in ("task", "pe", "device")}
     settings["test_lens"] = list(settings["test_lens"])
-    res = {"command": command, "settings": settings, "provenance": _provenance(), "runs": {}}
+    res = {"command": command, "settings": settings, "provenance": provenance(), "runs": {}}
     path, before = (Path(out) if out else None), 0.0
     if path and path.exists():
         old = json.loads(path.read_text())
@@ -628,58 +622,3 @@ def che_table(res: dict, digits: int = 1) -> str:
         cells = [f"{100 * by[t, p]['score']:.{digits}f}" if (t, p) in by else "" for p in pes]
         lines.append(f"| {task.level} | {t} | {100 * task.chance:.0f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-# %% ../nbs/60_che.ipynb #deb279ef
-def parse_lengths(s: str) -> tuple[int, ...]:
-    "'41:500' (inclusive), '41:500:20' (with a step) or '41,60,100' -> a tuple of positive lengths."
-    try:
-        if ":" in s:
-            parts = [int(p) for p in s.split(":")]
-            if len(parts) not in (2, 3): raise ValueError
-            lo, hi, step = parts[0], parts[1], parts[2] if len(parts) == 3 else 1
-            out = tuple(range(lo, hi + 1, step))
-        else:
-            out = tuple(int(p) for p in s.split(",") if p.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"lengths must look like 41:500, 41:500:20 or 41,60,100; got {s!r}")
-    if not out or min(out) < 1: raise argparse.ArgumentTypeError(f"lengths must be positive integers, got {s!r}")
-    return out
-
-
-def _names(s: str) -> list[str]: return [p.strip() for p in s.split(",") if p.strip()]
-
-
-def _fmt_lens(lens: Sequence[int]) -> str:
-    "The shortest of the `parse_lengths` forms that gives back `lens`."
-    lens = list(lens)
-    if len(lens) > 2 and len({b - a for a, b in zip(lens, lens[1:])}) == 1 and lens[1] > lens[0]:
-        step = lens[1] - lens[0]
-        return f"{lens[0]}:{lens[-1]}" + (f":{step}" if step != 1 else "")
-    return ",".join(map(str, lens))
-
-
-def tasks_command(a: argparse.Namespace) -> str:
-    "The full `lengthx tasks ...` command line that reproduces the parsed arguments `a`."
-    parts = ["lengthx tasks", f"--task {','.join(a.tasks)}", f"--pe {','.join(a.pes)}", f"--steps {a.steps}",
-             f"--batch-size {a.batch_size}", f"--lr {a.lr}", f"--warmup {a.warmup}", f"--train-len {a.train_len}",
-             f"--test-lens {_fmt_lens(a.test_lens)}", f"--eval-batch {a.eval_batch}", f"--layers {a.layers}",
-             f"--heads {a.heads}", f"--width {a.width}", f"--max-pos {a.max_pos}", f"--seed {a.seed}"]
-    if a.no_randomize: parts.append("--no-randomize")
-    if a.out: parts.append(f"--out {a.out}")
-    return " ".join(parts)
-
-
-def _cmd_tasks(a: argparse.Namespace) -> None:
-    a.tasks = list(che_tasks()) if a.task == "all" else _names(a.task)
-    a.pes = _names(a.pe)
-    if not a.tasks or not a.pes: raise ValueError("give at least one task and one PE")
-    base = CHEConfig(task=a.tasks[0] if a.tasks[0] in che_tasks() else "reverse_string", pe=a.pes[0],
-                     randomized=not a.no_randomize, max_pos=a.max_pos, n_layer=a.layers, n_head=a.heads,
-                     d_model=a.width, train_max_len=a.train_len, test_lens=a.test_lens, steps=a.steps,
-                     batch_size=a.batch_size, lr=a.lr, warmup=a.warmup, eval_batch=a.eval_batch, seed=a.seed,
-                     device=a.device)
-    res = run_che_grid(a.tasks, a.pes, base, a.out, command=tasks_command(a), progress=not a.quiet)
-    print(che_table(res))
-    if a.out: print(f"results: {a.out}")
-
-

@@ -34,12 +34,13 @@ from .model import GPT, GPTConfig
 
 # %% auto #0
 __all__ = ['QUICK', 'RUN_FIELDS', 'DECAY_MODULES', 'CKPT_FORMAT', 'RUN_FORMAT', 'CKPT_JSON', 'RUN_JSON', 'METRICS', 'LOCK',
-           'TrainConfig', 'lr_at', 'available_devices', 'resolve_device', 'decay_parameters', 'make_optimizer',
-           'seed_everything', 'autocast_context', 'CheckpointError', 'CheckpointSaveError', 'RunMismatchError',
-           'TrainingDiverged', 'state_digest', 'flatten_optimizer_state', 'unflatten_optimizer_state',
-           'list_checkpoints', 'save_checkpoint', 'verify_checkpoint', 'read_checkpoint_state', 'find_checkpoint',
-           'load_checkpoint', 'load_model', 'clean_run_dir', 'tokens_fingerprint', 'run_identity', 'dist_env',
-           'rank_slice', 'eval_loss', 'train', 'package_provenance']
+           'CURRENT_RUN', 'TrainConfig', 'lr_at', 'available_devices', 'resolve_device', 'decay_parameters',
+           'make_optimizer', 'seed_everything', 'autocast_context', 'CheckpointError', 'CheckpointSaveError',
+           'RunMismatchError', 'TrainingDiverged', 'state_digest', 'flatten_optimizer_state',
+           'unflatten_optimizer_state', 'list_checkpoints', 'save_checkpoint', 'verify_checkpoint',
+           'read_checkpoint_state', 'find_checkpoint', 'load_checkpoint', 'load_model', 'clean_run_dir',
+           'tokens_fingerprint', 'run_identity', 'dist_env', 'rank_slice', 'eval_loss', 'train', 'package_provenance',
+           'checkpoint_step', 'train_run']
 
 # %% ../nbs/52_train.ipynb #48e310cb
 QUICK = os.environ.get("LENGTHX_FULL") != "1"
@@ -913,3 +914,28 @@ def package_provenance() -> dict:
         if out["git_dirty"]:   # results from uncommitted code name the exact diff they were made with
             out["git_diff_sha256"] = hashlib.sha256((git("diff", "HEAD", "--", ".") or "").encode()).hexdigest()
     return out
+
+# %% ../nbs/52_train.ipynb #30d22c10
+from tqdm import tqdm
+
+CURRENT_RUN: Optional[Path] = None   # the run directory `train_run` is training, for an interrupted command's message
+
+
+def checkpoint_step(run_dir: Union[str, Path]) -> Optional[int]:
+    "The step of the checkpoint in `run_dir` (read without verifying the weights), or None."
+    try: return int(json.loads((Path(run_dir) / "checkpoint.json").read_text())["step"])
+    except Exception: return None
+
+
+def train_run(mcfg: GPTConfig, tcfg: TrainConfig, run_dir: Union[str, Path], *, tokens: Optional[Tensor] = None,
+              progress: bool = True, prog: str = "lengthx train"):
+    "`train` in `run_dir`; its messages (resuming from step N, skipped checkpoints) carry `prog`."
+    global CURRENT_RUN
+    step = checkpoint_step(run_dir)
+
+    def log(msg: str) -> None: tqdm.write(f"{prog}: {msg}", file=sys.stderr)
+
+    CURRENT_RUN = Path(run_dir)
+    model, hist = train(mcfg, tcfg, tokens=tokens, run_dir=run_dir, progress=progress, log=log)
+    if step is not None and step >= tcfg.steps: log(f"{run_dir} already holds the finished run (step {step}); nothing to train")
+    return model, hist

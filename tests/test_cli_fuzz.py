@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import json
+
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -273,3 +275,51 @@ def teardown_module():
     print("\nfuzz cases (subcommand, exit status): " + ", ".join(f"{k[0]} {k[1]}: {v}" for k, v in sorted(OUTCOMES.items()))
           + f"; {sum(OUTCOMES.values())} in-process cases")
     shutil.rmtree(BASE, ignore_errors=True)
+
+
+# --- faults found by trials: each test failed before its fix -----------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["train", "--out", ""], ["train", "--corpus", "", "--out", "r"],
+                                  ["sweep", "--out", "  "], ["eval", "--run", ""], ["reproduce", "--corpus", ""],
+                                  ["tasks", "--out", ""]])
+def test_an_empty_path_is_refused_not_read_as_the_current_directory(argv, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and ("empty" in err or "must name" in err), err
+    assert list(tmp_path.iterdir()) == []                       # nothing written anywhere
+
+
+def test_eval_records_the_windows_it_scored(tmp_path, capsys):
+    "A split with room for fewer windows than --n-windows: eval.json records what was used, and the run says so."
+    corpus = tmp_path / "texts"
+    corpus.mkdir()
+    from lengthx.data import split_of
+    names = [f"f{i}.txt" for i in range(400)]
+    test_files = [n for n in names if split_of(n) == "test"][:2]
+    train_files = [n for n in names if split_of(n) == "train"][:4]
+    for n in test_files: (corpus / n).write_text("def f(x):\n    return x + 1\n" * 3)   # a few hundred bytes
+    for n in train_files: (corpus / n).write_text("import os\nprint(os.getcwd())\n" * 200)
+    run = tmp_path / "run"
+    assert main(["train", "--pe", "nope", "--train-len", "16", "--steps", "2", "--batch-size", "2", "--quiet",
+                 "--corpus", str(corpus), "--out", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["eval", "--run", str(run), "--corpus", str(corpus), "--lengths", "16,32", "--k", "8",
+                 "--n-windows", "100000", "--unanchored", "--out", str(tmp_path / "ev"), "--quiet"]) == 0
+    cap = capsys.readouterr()
+    res = json.loads((tmp_path / "ev" / "eval.json").read_text())
+    used = {int(L): n for L, n in res["windows_used"].items()}
+    assert set(used) == {16, 32} and all(1 <= n < 100000 for n in used.values()) and used[16] > used[32]
+    assert "fewer windows than --n-windows 100000" in cap.err and f"only {used[32]} in the split" in cap.out
+
+
+def test_bench_attention_warms_up_and_reports_median_and_spread():
+    "Every contender runs once before the clock starts; the median of `reps` samples is reported with its spread."
+    import statistics
+    from lengthx.bench import bench_attention
+    rows = bench_attention("nope", [32], ["naive", "flex"], n_heads=2, head_dim=8, reps=2)
+    for r in rows:
+        assert "error" not in r, r
+        assert r["warmup"] == 1 and len(r["samples"]) == 2
+        assert r["seconds"] == pytest.approx(statistics.median(r["samples"]))   # with 2 samples: their mean, not the larger
+        assert r["min_seconds"] <= r["seconds"] <= r["max_seconds"]

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lengthx import cli
+from lengthx import cli, results
+from lengthx.evaluate import PROTOCOL, Protocol
 from lengthx import experiments as X
 from lengthx.cli import main
 from lengthx.evaluate import check_protocol_args, last_k_windows, perplexity, window_losses
@@ -82,8 +83,8 @@ def test_other_settings_in_the_output_are_refused(tmp_path, capsys):
 
 
 def test_a_dirty_checkout_is_refused_unless_allowed(tmp_path, monkeypatch, capsys):
-    real = cli.provenance
-    monkeypatch.setattr(cli, "provenance", lambda: {**real(), "git_sha": "0" * 40, "git_dirty": True,
+    real = results.provenance
+    monkeypatch.setattr(results, "provenance", lambda: {**real(), "git_sha": "0" * 40, "git_dirty": True,
                                                      "git_diff_sha256": "f" * 64})
     assert reproduce(tmp_path, "--only", "recall") == 2
     err = capsys.readouterr().err
@@ -95,8 +96,8 @@ def test_a_dirty_checkout_is_refused_unless_allowed(tmp_path, monkeypatch, capsy
 
 
 def test_a_clean_checkout_needs_no_flag(tmp_path, monkeypatch):
-    real = cli.provenance
-    monkeypatch.setattr(cli, "provenance", lambda: {**real(), "git_sha": "1" * 40, "git_dirty": False, "git_diff_sha256": None})
+    real = results.provenance
+    monkeypatch.setattr(results, "provenance", lambda: {**real(), "git_sha": "1" * 40, "git_dirty": False, "git_diff_sha256": None})
     assert reproduce(tmp_path, "--only", "recall") == 0
     assert json.loads((tmp_path / "recall_smoke.json").read_text())["provenance"]["git_dirty"] is False
 
@@ -104,7 +105,7 @@ def test_a_clean_checkout_needs_no_flag(tmp_path, monkeypatch):
 def test_an_interrupted_unit_resumes(tmp_path, monkeypatch, capsys):
     "Killed while training its second model: the rerun keeps the first model's row and resumes the second's training."
     from lengthx import train as T
-    real_train_run = cli.train_run
+    real_train_run = X.train_run
 
     def killed(mcfg, tcfg, run_dir, **kw):
         if mcfg.pe == "rope":          # the second spec: two steps, then Ctrl-C
@@ -112,11 +113,11 @@ def test_an_interrupted_unit_resumes(tmp_path, monkeypatch, capsys):
             raise KeyboardInterrupt
         return real_train_run(mcfg, tcfg, run_dir, **kw)
 
-    monkeypatch.setattr(cli, "train_run", killed)
+    monkeypatch.setattr(X, "train_run", killed)
     assert reproduce(tmp_path, "--only", "main", "--allow-dirty") == 130
     partial = json.loads((tmp_path / "runs" / "smoke" / "main.partial.json").read_text())
     assert list(partial["items"]) == ["nope|seed=0"] and not (tmp_path / "main_smoke.json").exists()
-    monkeypatch.setattr(cli, "train_run", real_train_run)
+    monkeypatch.setattr(X, "train_run", real_train_run)
     rows_made = []
     real_row = X.lm_row
     monkeypatch.setattr(X, "lm_row", lambda ctx, S, spec, seed, g: rows_made.append(spec) or real_row(ctx, S, spec, seed, g))
@@ -182,10 +183,10 @@ def test_anchored_perplexity_is_the_mean_over_those_targets():
 
 
 def test_cli_protocol_anchors_last_k_at_the_longest_default_length():
-    p = cli.PROTOCOL
+    p = PROTOCOL
     assert p.anchored and p.kwargs(64, 64)["anchor"] == 64 * p.max_factor and "anchored at 1024" in p.label(64, 64)
-    assert cli.Protocol(anchored=False).kwargs(64, 64)["anchor"] is None
-    assert cli.Protocol(protocol="nonoverlap").kwargs(64, 64)["anchor"] is None
+    assert Protocol(anchored=False).kwargs(64, 64)["anchor"] is None
+    assert Protocol(protocol="nonoverlap").kwargs(64, 64)["anchor"] is None
 
 
 # --- reading results ----------------------------------------------------------------------------------------------
@@ -212,14 +213,14 @@ def test_committed_results_are_downloaded_for_a_run_without_a_checkout(tmp_path,
         if name not in served: raise urllib.error.HTTPError(url, 404, "not found", None, None)
         return io.BytesIO(served[name])
     monkeypatch.setattr(urllib.request, "urlopen", urlopen)
-    d = X.committed_results(tmp_path / "cache")
+    d = results.committed_results(tmp_path / "cache")
     assert sorted(p.name for p in d.glob("*.json")) == sorted(n for n in served if n.split("_")[0] in X.UNITS)
     assert X.pick(X.load_results([d]), "main", "cpu") is not None
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("LENGTHX_RESULTS", raising=False)
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
-    assert X.result_dirs() == [tmp_path / ".cache" / "lengthx" / "results"]
+    assert results.result_dirs() == [tmp_path / ".cache" / "lengthx" / "results"]
     assert X.pick(X.load_results(), "cot", "cpu")["result"] == json.loads(served["cot_cpu.json"])["result"]
 
 

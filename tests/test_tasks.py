@@ -8,7 +8,7 @@ import torch
 from lengthx.recall import (COT_MOD, Recall, cot_batch, cot_chain, random_expression, reduce_step,
                             COT_ID)
 from lengthx.tasks import (CHEConfig, che_spec, che_table, che_tasks, encoder_batch, evaluate_mod,
-                           parse_lengths, eval_che, train_che)
+                           eval_che, train_che)
 from lengthx.cli import main as cli_main
 
 
@@ -115,14 +115,18 @@ def test_che_spec():
     assert che_spec("rope", randomized=False) == "rope"
 
 
-def test_parse_lengths():
-    assert parse_lengths("41:45") == (41, 42, 43, 44, 45)
-    assert parse_lengths("41:500:100") == (41, 141, 241, 341, 441)
-    assert parse_lengths("7,9") == (7, 9)
+def test_test_lens_parse_and_print_back():
+    "`--test-lens` accepts ranges and lists, refuses bad ones, and the recorded command prints them back the same."
     import argparse
+    from lengthx.cli import _fmt_lens, _lengths
+    assert _lengths("41:45") == [41, 42, 43, 44, 45]
+    assert _lengths("41:500:100") == [41, 141, 241, 341, 441]
+    assert _lengths("7,9") == [7, 9]
+    for lens in ([41, 42, 43, 44, 45], [41, 141, 241, 341, 441], [7, 9], [5]):
+        assert _lengths(_fmt_lens(lens)) == lens
     for bad in ("0:3", "a:b", "1:2:3:4", ""):
         with pytest.raises(argparse.ArgumentTypeError):
-            parse_lengths(bad)
+            _lengths(bad)
 
 
 def test_randomized_positions_only_in_randomized_runs():

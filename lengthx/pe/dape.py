@@ -13,6 +13,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from ..attention import PE, PEContext, WrappedPE, register_pe
+from .fire import FirePE
 
 # %% auto #0
 __all__ = ['DAPE_VARIANTS', 'DAPE_FIRE_SLOPE', 'channel_matmul', 'channel_mlp', 'ScoreMLP', 'dape_logits', 'leaky_fire', 'DAPE',
@@ -85,7 +86,6 @@ DAPE_FIRE_SLOPE = 0.01   # the DAPE repo's FIRE_C / FIRE_DAPEV2: nn.LeakyReLU() 
 
 def leaky_fire(pe: PE, slope: float = DAPE_FIRE_SLOPE) -> PE:
     "Give a FIRE base PE (possibly wrapped) the DAPE authors' activation, LeakyReLU(slope), in its MLP; other PEs pass unchanged."
-    from lengthx.pe.fire import FirePE
     base = pe
     while isinstance(base, WrappedPE): base = base.inner
     if isinstance(base, FirePE): base.mlp[1] = nn.LeakyReLU(slope)
