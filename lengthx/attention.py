@@ -20,7 +20,8 @@ __all__ = ['PATHS', 'CHUNK_AUTO_LEN', 'CHUNK_INFER_LEN', 'CHUNK_TRAIN_LEN', 'MAX
            'WrappedPE', 'causal_mask', 'pick_path', 'consecutive', 'toeplitz_ok', 'offsets_bias_row', 'toeplitz',
            'KeyReversedMask', 'toeplitz_key_reversed', 'relative_bias_matrix', 'additive_mask', 'attention', 'Opt',
            'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError', 'unknown_pe_error', 'parse_spec',
-           'build_pe', 'pe_help', 'pe_options_markdown', 'check_paths_agree', 'check_spec', 'expand_specs']
+           'canonical_spec', 'build_pe', 'pe_help', 'pe_options_markdown', 'check_paths_agree', 'check_spec',
+           'expand_specs']
 
 # %% ../nbs/01_attention.ipynb #8cada530
 @dataclass
@@ -556,12 +557,19 @@ def parse_spec(spec: str) -> tuple[str, dict, Optional[str]]:
     return name, opts, inner
 
 
+def canonical_spec(spec: str) -> str:
+    "The spec as it is stored, after checking it: family names lower-case, no spaces around fields or `=` (`' ROPE '` → `'rope'`)."
+    parse_spec(spec)
+    fields = [p.strip() for p in spec.strip().split(":")]   # a field with '=' is an option, any other names a family
+    return ":".join("=".join(s.strip() for s in f.split("=", 1)) if "=" in f else f.lower() for f in fields)
+
+
 def build_pe(spec: str, *, n_heads: int, head_dim: int, d_model: Optional[int] = None, n_layers: int = 1,
              max_len: int = 1024, sep_ids: tuple = (10, 46)) -> PE:
-    "Build the PE module named by `spec` for a model of the given shape (the whole spec is checked first)."
-    parse_spec(spec)
+    "Build the PE module named by `spec` for a model of the given shape (the whole spec is checked first; `pe.spec` is canonical)."
+    canon = canonical_spec(spec)
     ctx = PEContext(n_heads, head_dim, d_model or n_heads * head_dim, n_layers, max_len, tuple(sep_ids))
-    return _build(spec, ctx, spec)
+    return _build(canon, ctx, spec)
 
 
 def _build(spec: str, ctx: PEContext, whole: str) -> PE:

@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import re
+import stat
 import sys
 import sysconfig
 import tempfile
@@ -26,10 +27,10 @@ from torch import Tensor
 __all__ = ['SPLITS', 'SPLIT_PERCENT', 'SKIP_DIRS', 'TEXT_SUFFIXES', 'EOT_TEXT', 'TOKENS_FORMAT', 'HF_CORPORA', 'CORPORA',
            'stdlib_root', 'split_of', 'stdlib_files', 'DataWarning', 'decode_utf8', 'stdlib_corpus', 'corpus_info',
            'text_file_corpus', 'ByteTokenizer', 'BPETokenizer', 'default_cache_dir', 'atomic_write_bytes',
-           'corpus_cache_key', 'tensor_sha256', 'read_token_cache', 'cached_tokens', 'corpus_tokens', 'encode_corpus',
-           'LockedError', 'atomic_write_json', 'exclusive_lock', 'get_batch', 'step_generator', 'batch_at', 'HFSource',
-           'hf_source', 'wikitext_articles', 'hf_documents', 'hf_cache_key', 'hf_tokens', 'load_tokens',
-           'check_cache_dir', 'check_corpus', 'corpus_split']
+           'open_regular', 'read_regular', 'corpus_cache_key', 'tensor_sha256', 'read_token_cache', 'cached_tokens',
+           'corpus_tokens', 'encode_corpus', 'LockedError', 'atomic_write_json', 'exclusive_lock', 'get_batch',
+           'step_generator', 'batch_at', 'HFSource', 'hf_source', 'wikitext_articles', 'hf_documents', 'hf_cache_key',
+           'hf_tokens', 'load_tokens', 'check_cache_dir', 'check_corpus', 'corpus_split']
 
 # %% ../nbs/51_data.ipynb #38b96dc6
 SPLITS = ("train", "validation", "test")
@@ -297,6 +298,35 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+@contextmanager
+def open_regular(path: Union[str, Path], what: str = "file") -> Iterator[tuple[Any, int]]:
+    "(binary file, size) of `path` if it is a regular file (after symlinks); a FIFO, device or directory is a one-line ValueError, never read."
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))   # opening a FIFO must not wait for a writer
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a file")
+            raise ValueError(f"{what} {str(path)!r} is not a regular file (it is {kind}); refusing to read it")
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f: yield f, st.st_size
+
+
+def read_regular(path: Union[str, Path], max_bytes: int, what: str = "file") -> bytes:
+    "The bytes of the regular file `path` (see `open_regular`), refused if it holds more than `max_bytes`."
+    with open_regular(path, what) as (f, size):
+        data = f.read(size + 1) if size <= max_bytes else b""   # one byte more than stated: a file still growing shows
+    if size > max_bytes or len(data) > max_bytes:
+        raise ValueError(f"{what} {str(path)!r} is larger than {max_bytes} bytes; refusing to read it")
+    return data
+
+
 def _storage_dtype(vocab_size: int) -> torch.dtype:
     return torch.uint8 if vocab_size <= 256 else torch.int16 if vocab_size <= 32767 else torch.int32
 
@@ -319,10 +349,23 @@ def tensor_sha256(t: Tensor) -> str:
     return hashlib.sha256(t.contiguous().cpu().view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
-def read_token_cache(path: Path) -> Tensor:
-    "The tokens of a cache entry after checking its format tag and checksum; `ValueError` says what failed."
+def _identity_mismatch(meta: dict, expect: dict) -> Optional[str]:
+    "Why a cache entry's metadata is not what the caller builds (split first, then the source), or None."
+    want = {k: str(v) for k, v in expect.items()}
+    if "split" in want and meta.get("split") != want["split"]:
+        return f"holds split {meta.get('split')!r}, not {want['split']!r}"
+    if "key" in want and meta.get("key") != want["key"]:
+        if meta.get("key") is None: return "records no corpus key (written by an older lengthx)"
+        return f"was built from another corpus (key {meta['key']}, not {want['key']})"
+    for k, v in want.items():
+        if meta.get(k) != v: return f"has {k} {meta.get(k)!r}, not {v!r}"
+    return None
+
+
+def read_token_cache(path: Path, expect: Optional[dict] = None) -> Tensor:
+    "The tokens of a cache entry after checking its format tag, checksum and (with `expect`) its split and source; `ValueError` says what failed."
     from safetensors.torch import load
-    data = path.read_bytes()
+    data = read_regular(path, 1 << 40, "token cache")
     try:
         n = int.from_bytes(data[:8], "little")
         meta = json.loads(data[8:8 + n]).get("__metadata__") or {}
@@ -331,16 +374,17 @@ def read_token_cache(path: Path) -> Tensor:
         raise ValueError(f"not a readable safetensors file ({type(e).__name__})") from None
     if meta.get("format") != TOKENS_FORMAT: raise ValueError(f"no {TOKENS_FORMAT} checksum (written by an older lengthx)")
     if tensor_sha256(stored) != meta.get("sha256"): raise ValueError("its SHA-256 does not match the tokens")
+    if expect and (why := _identity_mismatch(meta, expect)): raise ValueError(why)
     return stored.long()
 
 
 def cached_tokens(path: Path, build: Callable[[], Tensor], vocab_size: int, metadata: Optional[dict] = None) -> Tensor:
-    "Tokens from the cache file `path` (verified by its checksum), or `build()` them, store them atomically and return them."
+    "Tokens from the cache file `path` (verified by its checksum and `metadata`: split, source), or `build()` them, store them atomically and return them."
     from safetensors.torch import save
     if path.exists():
         try:
-            return read_token_cache(path)
-        except ValueError as e:  # a damaged or unverifiable entry is rebuilt, never trusted
+            return read_token_cache(path, metadata)
+        except (ValueError, OSError) as e:  # a damaged, unverifiable or foreign entry is rebuilt, never trusted
             warnings.warn(f"token cache {str(path)!r} failed its check ({e}); rebuilding it", DataWarning, stacklevel=3)
     tokens = build()
     stored = tokens.to(_storage_dtype(vocab_size)).contiguous()
@@ -362,7 +406,8 @@ def corpus_tokens(split: str, tokenizer=None, root: Optional[Union[str, Path]] =
     key = corpus_cache_key(split, tok, root)
     path = _cache_dir(cache_dir) / f"stdlib-py{platform.python_version()}-{split}-{tok.name}-{key}.safetensors"
     return cached_tokens(path, lambda: tok.encode_documents(stdlib_corpus(split, root)), tok.vocab_size,
-                         {"python": platform.python_version(), "split": split, "tokenizer": tok.name})
+                         {"python": platform.python_version(), "split": split, "tokenizer": tok.name, "corpus": "stdlib",
+                          "key": key})
 
 
 def encode_corpus(docs: Sequence[str], tokenizer=None) -> Tensor:
@@ -551,7 +596,8 @@ def hf_tokens(source: Union[str, HFSource], split: str, tokenizer=None, *, max_d
         docs = list(hf_documents(src, split, max_docs=max_docs, max_bytes=max_bytes))
         if not docs: raise ValueError(f"{src.path!r} ({split}) produced no documents (check `where`, `text_field`, the split)")
         return tok.encode_documents(docs)
-    return cached_tokens(path, build, tok.vocab_size, {"source": src.path, "split": split, "tokenizer": tok.name})
+    return cached_tokens(path, build, tok.vocab_size, {"source": src.path, "split": split, "tokenizer": tok.name,
+                                                       "key": key})
 
 
 def load_tokens(corpus: Union[str, HFSource] = "stdlib", split: str = "train", tokenizer=None, **kw) -> Tensor:

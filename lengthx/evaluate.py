@@ -21,9 +21,10 @@ from .attention import PE, build_pe, pick_path
 
 # %% auto #0
 __all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'PROTOCOL', 'check_protocol_args', 'last_k_windows', 'nonoverlap_windows',
-           'sliding_windows', 'protocol_windows', 'window_losses', 'parse_bytes', 'format_bytes', 'memory_budget',
-           'estimate_eval_memory', 'EvalPlan', 'plan_eval', 'perplexity', 'window_ppl_interval', 'position_losses',
-           'ppl_curve', 'eval_lengths', 'plot_ppl', 'Protocol', 'check_protocol', 'check_lengths']
+           'sliding_windows', 'protocol_windows', 'window_losses', 'parse_bytes', 'format_bytes', 'available_memory',
+           'memory_budget', 'estimate_eval_memory', 'estimate_train_memory', 'EvalPlan', 'plan_eval', 'perplexity',
+           'window_ppl_interval', 'position_losses', 'ppl_curve', 'eval_lengths', 'plot_ppl', 'Protocol',
+           'check_protocol', 'check_lengths']
 
 # %% ../nbs/53_evaluate.ipynb #12c3b9d5
 PROTOCOLS = ("last_k", "nonoverlap", "sliding")
@@ -158,13 +159,17 @@ def _available_ram() -> int:
     except ImportError: return 4 * 2 ** 30
 
 
+def available_memory(device=None) -> int:
+    "Bytes free on `device` now: the GPU's free memory on CUDA, else the RAM available."
+    device = torch.device(device or "cpu")
+    return torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else _available_ram()
+
+
 def memory_budget(device=None) -> int:
     "Bytes an evaluation may use: `LENGTHX_MEM_BUDGET` if set, else MEM_FRACTION of the free memory of `device`."
     env = os.environ.get("LENGTHX_MEM_BUDGET")
     if env: return parse_bytes(env)
-    device = torch.device(device or "cpu")
-    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else _available_ram()
-    return int(MEM_FRACTION * free)
+    return int(MEM_FRACTION * available_memory(device))
 
 
 def _pe_of(model_or_cfg):
@@ -197,6 +202,34 @@ def estimate_eval_memory(model_or_cfg, length: int, *, batch: int = 1, path: str
     else:  # flex: nothing T×T unless the PE's score_mod indexes a materialized bias
         scores = H * T * T if pe.uses_bias and type(pe).score_mod is PE.score_mod else 0
     return int(weights + logits + acts + scores * _F32)
+
+
+def _n_params(cfg, pe) -> int:
+    "Parameters of a GPT of `cfg`: attention and MLP weights, layer norms, token embedding (and head if untied), the PE's own."
+    d, L = cfg.d_model, cfg.n_layer
+    return (L * ((4 + 2 * cfg.mlp_ratio) * d * d + 4 * d) + 2 * d + cfg.vocab_size * d * (1 if cfg.tie_weights else 2)
+            + sum(p.numel() for p in pe.parameters()))
+
+
+def estimate_train_memory(model_or_cfg, length: int, *, batch: int = 1, path: str = "auto", device=None,
+                          block: int = 256) -> int:
+    "Estimated peak bytes of one training step (float32): the forward's peak, gradients and AdamW's two moments, what backward keeps."
+    from lengthx.attention import pick_path
+    cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
+    _int_arg("length", length, 1); _int_arg("batch", batch, 1)
+    pe, device = _pe_of(model_or_cfg), torch.device(device or "cpu")
+    if path == "auto":
+        with torch.enable_grad(): path = cfg.attn_path if cfg.attn_path != "auto" else pick_path(pe, length, device)
+    B, T, H, d, V = batch, length, cfg.n_head, cfg.d_model, cfg.vocab_size
+    forward = estimate_eval_memory(model_or_cfg, length, batch=batch, path=path, device=device, block=block)
+    optimizer = 3 * _n_params(cfg, pe) * _F32                      # a gradient and two moments per parameter
+    kept = B * T * d * (2 * cfg.mlp_ratio + 10)                     # per layer: LN in/out ×2, q k v, rotated q k, out, MLP ×2
+    if path == "naive":
+        kept += B * H * T * T * (3 if pe.uses_logits else 2)         # scores and probabilities
+        if pe.uses_refine: kept += B * T * T * (4 * H + 3 * getattr(pe, "width", 32))   # the refiner's input and hidden
+    else: kept += B * H * T                                          # chunked recomputes; fused kernels keep a logsumexp
+    logits_grad = 2 * B * T * V * _F32
+    return int(forward + optimizer + cfg.n_layer * kept * _F32 + logits_grad)
 
 
 @dataclass

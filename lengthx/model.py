@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .attention import PATHS, PE, check_spec, Positions, additive_mask, attention, build_pe, pick_path, relative_bias_matrix
+from .attention import (PATHS, PE, Positions, additive_mask, attention, build_pe, canonical_spec, check_spec,
+                               pick_path, relative_bias_matrix)
 
 # %% auto #0
 __all__ = ['PRESETS', 'PRESET_ALIASES', 'GPTConfig', 'SelfAttention', 'Block', 'GPT', 'flops_per_token', 'pe_shape',
@@ -62,6 +63,7 @@ class GPTConfig:
             raise ValueError(f"GPTConfig.attn_path must be one of {PATHS + ('auto',)}, got {self.attn_path!r}")
         if not isinstance(self.pe, str) or not self.pe.strip():
             raise ValueError(f"GPTConfig.pe must be a non-empty PE spec string, got {self.pe!r}")
+        self.pe = canonical_spec(self.pe)   # checked once, stored canonical: ' ROPE ' trains, saves and loads as 'rope'
         self.sep_ids = tuple(self.sep_ids)
 
     @property

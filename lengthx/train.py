@@ -17,6 +17,7 @@ import platform
 import random
 import re
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -29,18 +30,18 @@ import torch
 from torch import Tensor, nn
 
 import lengthx
-from .data import LockedError, atomic_write_bytes, batch_at, corpus_tokens, exclusive_lock
-from .model import GPT, GPTConfig
+from .data import LockedError, atomic_write_bytes, batch_at, corpus_tokens, exclusive_lock, open_regular, read_regular
+from .model import GPT, PRESETS, GPTConfig
 
 # %% auto #0
-__all__ = ['QUICK', 'RUN_FIELDS', 'DECAY_MODULES', 'CKPT_FORMAT', 'RUN_FORMAT', 'CKPT_JSON', 'RUN_JSON', 'METRICS', 'LOCK',
-           'CURRENT_RUN', 'TrainConfig', 'lr_at', 'available_devices', 'resolve_device', 'decay_parameters',
-           'make_optimizer', 'seed_everything', 'autocast_context', 'CheckpointError', 'CheckpointSaveError',
-           'RunMismatchError', 'TrainingDiverged', 'state_digest', 'flatten_optimizer_state',
-           'unflatten_optimizer_state', 'list_checkpoints', 'save_checkpoint', 'verify_checkpoint',
-           'read_checkpoint_state', 'find_checkpoint', 'load_checkpoint', 'load_model', 'clean_run_dir',
-           'tokens_fingerprint', 'run_identity', 'dist_env', 'rank_slice', 'eval_loss', 'train', 'package_provenance',
-           'checkpoint_step', 'train_run']
+__all__ = ['QUICK', 'SEED_MAX', 'RUN_FIELDS', 'DECAY_MODULES', 'CKPT_FORMAT', 'RUN_FORMAT', 'CKPT_JSON', 'RUN_JSON', 'METRICS',
+           'LOCK', 'MAX_STATE_BYTES', 'CURRENT_RUN', 'check_seed', 'TrainConfig', 'lr_at', 'available_devices',
+           'resolve_device', 'decay_parameters', 'make_optimizer', 'seed_everything', 'autocast_context',
+           'CheckpointError', 'CheckpointSaveError', 'RunMismatchError', 'TrainingDiverged', 'state_digest',
+           'flatten_optimizer_state', 'unflatten_optimizer_state', 'list_checkpoints', 'save_checkpoint',
+           'verify_checkpoint', 'read_checkpoint_state', 'find_checkpoint', 'load_checkpoint', 'load_model',
+           'clean_run_dir', 'spread_positions', 'tokens_fingerprint', 'run_identity', 'dist_env', 'rank_slice',
+           'eval_loss', 'train', 'package_provenance', 'checkpoint_step', 'train_run']
 
 # %% ../nbs/52_train.ipynb #48e310cb
 QUICK = os.environ.get("LENGTHX_FULL") != "1"
@@ -52,6 +53,16 @@ def _check_int(cfg, name: str, minimum: int) -> None:
         raise ValueError(f"TrainConfig.{name} must be an integer, got {v!r} ({type(v).__name__})")
     if v < minimum: raise ValueError(f"TrainConfig.{name} must be >= {minimum}, got {v}")
     setattr(cfg, name, int(v))
+
+
+SEED_MAX = 2**64 - 1   # torch.manual_seed takes 0..2^64 − 1
+
+
+def check_seed(seed) -> int:
+    "`seed` as an int in 0..SEED_MAX (what `torch.manual_seed` takes), else a one-line ValueError."
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= SEED_MAX:
+        raise ValueError(f"seed must be an integer in 0..2**64 - 1 (what torch.manual_seed takes), got {seed!r}")
+    return int(seed)
 
 
 def _check_real(cfg, name: str, minimum: float, strict: bool = False) -> None:
@@ -92,6 +103,8 @@ class TrainConfig:
         for name in ("steps", "batch_size", "length", "grad_accum", "log_every", "eval_batches", "keep_last"):
             _check_int(self, name, 1)
         for name in ("warmup", "seed", "eval_every"): _check_int(self, name, 0)
+        if self.seed > SEED_MAX:
+            raise ValueError(f"TrainConfig.seed must be in 0..2**64 - 1 (what torch.manual_seed takes), got {self.seed}")
         if self.ckpt_every is not None: _check_int(self, "ckpt_every", 0)
         _check_real(self, "lr", 0, strict=True)
         if self.min_lr is None: self.min_lr = self.lr / 10
@@ -187,7 +200,8 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: Optional[torch.de
 
 
 def seed_everything(seed: int) -> None:
-    "Seed Python, NumPy (if present) and torch (all devices)."
+    "Seed Python, NumPy (if present) and torch (all devices); `seed` in 0..2^64 − 1."
+    seed = check_seed(seed)
     random.seed(seed)
     torch.manual_seed(seed)
     with contextlib.suppress(ImportError):
@@ -229,10 +243,23 @@ def _names(step: int) -> tuple[str, str, str]:
     return f"model-{step:08d}.safetensors", f"optim-{step:08d}.safetensors", f"ckpt-{step:08d}.json"
 
 
-def _sha256(path: Path) -> str:
+MAX_STATE_BYTES = 1 << 26   # a checkpoint state or run.json is JSON of configs and optimizer scalars: far less
+
+
+def _sha256(path: Path, size: Optional[int] = None) -> str:
+    "SHA-256 of a regular file; with `size` (what the state recorded), a file of another size is refused unread."
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""): h.update(block)
+    try:
+        with open_regular(path, "checkpoint file") as (f, actual):
+            if size is not None and actual != size:
+                raise CheckpointError(f"checkpoint file {str(path)!r} is corrupted: it is {actual} bytes, but its "
+                                      f"checkpoint state says {size}")
+            left = actual if size is None else size
+            while left > 0 and (block := f.read(min(1 << 20, left))):
+                h.update(block); left -= len(block)
+    except ValueError as e:
+        if isinstance(e, CheckpointError): raise
+        raise CheckpointError(str(e)) from None
     return h.hexdigest()
 
 
@@ -337,6 +364,7 @@ def save_checkpoint(run_dir: Union[str, Path], model: nn.Module, optimizer: torc
                          "scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else None,
                          "rng": _rng_state(), "files": {mname: hashlib.sha256(mdata).hexdigest(),
                                                         oname: hashlib.sha256(odata).hexdigest()},
+                         "sizes": {mname: len(mdata), oname: len(odata)},
                          "versions": {"lengthx": lengthx.__version__, "torch": torch.__version__,
                                       "python": platform.python_version()}, **(extra or {})})
         data = (json.dumps(state, indent=1, sort_keys=True) + "\n").encode("utf-8")
@@ -362,8 +390,14 @@ def _version(v: str) -> tuple:
 def _read_state(path: Path) -> dict:
     "A checkpoint state file after checking its format tag, package version and own SHA-256."
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = read_regular(path, MAX_STATE_BYTES, "checkpoint state")
+    except ValueError as e:   # a FIFO, a device, a directory: never read (it could block or never end)
+        raise CheckpointError(str(e)) from None
+    except OSError as e:
+        raise CheckpointError(f"{str(path)!r} is corrupted (not a lengthx checkpoint JSON: {e})") from None
+    try:
+        state = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{str(path)!r} is corrupted (not a lengthx checkpoint JSON: {e})") from None
     if not isinstance(state, dict): raise CheckpointError(f"{str(path)!r} is corrupted (not a lengthx checkpoint JSON)")
     fmt = state.get("format")
@@ -389,10 +423,11 @@ def verify_checkpoint(run_dir: Union[str, Path], step: Optional[int] = None) -> 
     path = run_dir / (CKPT_JSON if step is None else _names(step)[2])
     if not path.exists(): raise CheckpointError(f"no checkpoint in {str(run_dir)!r} ({path.name} is missing)")
     state = _read_state(path)
+    sizes = state.get("sizes") or {}
     for name, digest in state["files"].items():
         f = run_dir / name
         if not f.exists(): raise CheckpointError(f"checkpoint file {str(f)!r} is missing")
-        if _sha256(f) != digest:
+        if _sha256(f, sizes.get(name)) != digest:
             raise CheckpointError(f"checkpoint file {str(f)!r} is corrupted: its SHA-256 does not match the checkpoint's state")
     return state
 
@@ -430,11 +465,30 @@ def _file_of(state: dict, prefix: str) -> str:
     return next(n for n in state["files"] if n.startswith(prefix))
 
 
+def _tensor_file(run_dir: Path, state: dict, prefix: str) -> Path:
+    "The path of a checkpoint's tensor file, after checking it is a regular file of the size its state records."
+    path = run_dir / _file_of(state, prefix)
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode): raise CheckpointError(f"checkpoint file {str(path)!r} is not a regular file")
+    size = (state.get("sizes") or {}).get(path.name)
+    if size is not None and st.st_size != size:
+        raise CheckpointError(f"checkpoint file {str(path)!r} is corrupted: it is {st.st_size} bytes, but its "
+                              f"checkpoint state says {size}")
+    return path
+
+
+def _canonical_pe(spec):
+    "A stored spec in canonical form (`' ROPE '` -> `'rope'`); one that no longer parses is kept as it is."
+    from lengthx.attention import canonical_spec
+    with contextlib.suppress(Exception): return canonical_spec(spec)
+    return spec
+
+
 _NOT_WEIGHTS = ("attn_path", "dropout")   # how a model runs, not what its weights mean
 
 
 def _check_fits(run_dir: Path, state: dict, want: GPTConfig) -> None:
-    saved, asked = state["model"], _jsonable(want.to_dict())
+    saved, asked = {**state["model"], "pe": _canonical_pe(state["model"].get("pe"))}, _jsonable(want.to_dict())
     diffs = [f"{k}={saved.get(k)!r} in the checkpoint, {asked.get(k)!r} asked" for k in sorted(set(saved) | set(asked))
              if k not in _NOT_WEIGHTS and saved.get(k) != asked.get(k)]
     if diffs: raise CheckpointError(f"the checkpoint in {str(run_dir)!r} does not fit the model asked for: {'; '.join(diffs)}")
@@ -453,13 +507,14 @@ def load_checkpoint(run_dir: Union[str, Path], device: Union[str, torch.device] 
         with torch.random.fork_rng(devices=[]):  # building the model must not disturb the caller's RNG
             model = GPT(GPTConfig.from_dict(state["model"]))
     try:
-        tensors = load_file(run_dir / _file_of(state, "model-"))
+        tensors = load_file(_tensor_file(run_dir, state, "model-"))
         names = _unique_names(model)
         if set(tensors) != set(names):
             raise ValueError(f"tensor names differ (missing {sorted(set(names) - set(tensors))[:3]}, "
                              f"unexpected {sorted(set(tensors) - set(names))[:3]})")
         model.load_state_dict(tensors, strict=False)   # tied tensors are stored once and load into both names
-        otensors = load_file(run_dir / _file_of(state, "optim-"))
+        otensors = load_file(_tensor_file(run_dir, state, "optim-"))
+    except CheckpointError: raise
     except Exception as e:
         raise CheckpointError(f"checkpoint in {str(run_dir)!r} does not fit its own config: {e}") from None
     state["optimizer_state"] = unflatten_optimizer_state(otensors, state["optimizer"])
@@ -480,17 +535,34 @@ def clean_run_dir(run_dir: Union[str, Path]) -> list[str]:
         p.unlink(missing_ok=True); removed.append(p.name)
     have = set(list_checkpoints(run_dir))
     with contextlib.suppress(Exception):
-        have.add(int(json.loads((run_dir / CKPT_JSON).read_text())["step"]))
+        have.add(int(json.loads(read_regular(run_dir / CKPT_JSON, MAX_STATE_BYTES))["step"]))
     for p in run_dir.iterdir():
         if (m := _TENSOR_RE.fullmatch(p.name)) and int(m.group(1)) not in have:
             p.unlink(missing_ok=True); removed.append(p.name)
     return removed
 
 # %% ../nbs/52_train.ipynb #e09188c8
+def spread_positions(n: int, k: int) -> Tensor:
+    "min(n, k) positions spread evenly over 0..n−1, the first 0 and the last n−1: ⌊i(n−1)/(m−1)⌋ in exact int64 arithmetic."
+    m = min(n, k)
+    if m <= 1: return torch.zeros(m, dtype=torch.long)
+    q, r = divmod(n - 1, m - 1)                 # i·(n−1) = i·q·(m−1) + i·r: no product beyond m² or n
+    i = torch.arange(m, dtype=torch.long)
+    return i * q + i * r // (m - 1)
+
+
 def tokens_fingerprint(tokens: Tensor) -> str:
     "SHA-256 of the length and up to 65,536 evenly spaced tokens: cheap, and different data almost surely differs."
     n = tokens.numel()
-    idx = torch.linspace(0, max(n - 1, 0), min(n, 65536)).long() if n else torch.zeros(0, dtype=torch.long)
+    h = hashlib.sha256(str(n).encode())
+    h.update(tokens.reshape(-1)[spread_positions(n, 65536)].to(torch.int64).cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _float_fingerprint(tokens: Tensor) -> str:
+    "The fingerprint older run.json files hold (positions from a float32 linspace, clamped): such a run still resumes."
+    n = tokens.numel()
+    idx = torch.linspace(0, max(n - 1, 0), min(n, 65536)).long().clamp_(max=max(n - 1, 0)) if n else torch.zeros(0, dtype=torch.long)
     h = hashlib.sha256(str(n).encode())
     h.update(tokens.reshape(-1)[idx].to(torch.int64).cpu().numpy().tobytes())
     return h.hexdigest()[:16]
@@ -503,8 +575,15 @@ def run_identity(model_cfg: GPTConfig, train_cfg: TrainConfig, tokens: Tensor) -
             "train": _jsonable({k: t[k] for k in RUN_FIELDS}), "data": tokens_fingerprint(tokens)}
 
 
-def _check_same_run(run_dir: Path, ident: dict) -> bool:
-    "Refuse a run directory that holds another run; write `run.json` into an empty one (then True)."
+def _holds_checkpoint(run_dir: Path) -> bool:
+    "Whether anything of a checkpoint is in `run_dir` (after `clean_run_dir`): a state, the pointer, or tensors."
+    return bool(list_checkpoints(run_dir)) or os.path.lexists(run_dir / CKPT_JSON) or \
+        any(_TENSOR_RE.fullmatch(p.name) for p in run_dir.iterdir())
+
+
+def _check_same_run(run_dir: Path, ident: dict, tokens: Optional[Tensor] = None,
+                    log: Optional[Callable[[str], None]] = None) -> bool:
+    "Refuse a run directory that holds another run; write `run.json` into an empty one, or over one no checkpoint used (then True)."
     path = run_dir / RUN_JSON
     if not path.exists():
         others = [p.name for p in run_dir.iterdir() if not p.name.startswith(".")]
@@ -513,20 +592,31 @@ def _check_same_run(run_dir: Path, ident: dict) -> bool:
         _write_json(path, ident)
         return True
     try:
-        old = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{str(path)!r} is corrupted ({e}); move or delete the run directory to start over") from None
-    if old.get("format") != RUN_FORMAT:
-        raise CheckpointError(f"{str(run_dir)!r} holds a run saved by an older lengthx (before {CKPT_FORMAT}), which this "
-                              "version cannot resume (RoPE's weight layout changed since): use a new run_dir, or finish it "
-                              "with the lengthx version that started it")
-    diffs = [f"{part}.{k}: {old.get(part, {}).get(k)!r} -> {ident[part].get(k)!r}"
-             for part in ("model", "train") for k in sorted(set(old.get(part, {})) | set(ident[part]))
-             if old.get(part, {}).get(k) != ident[part].get(k)]
-    if old.get("data") != ident["data"]: diffs.append("data: the training tokens differ")
-    if diffs: raise RunMismatchError(f"{str(run_dir)!r} holds a different run ({'; '.join(diffs)}); "
-                                     "use a new run_dir, or delete that one to start over")
-    return False
+        problem = None
+        old = json.loads(read_regular(path, MAX_STATE_BYTES, RUN_JSON).decode("utf-8"))
+        if not isinstance(old, dict): raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:   # a damaged file, a FIFO or a device: never read past its check
+        old, problem = {}, CheckpointError(f"{str(path)!r} is corrupted ({e}); move or delete the run directory to start over")
+    if problem is None and old.get("format") != RUN_FORMAT:
+        problem = CheckpointError(f"{str(run_dir)!r} holds a run saved by an older lengthx (before {CKPT_FORMAT}), which this "
+                                  "version cannot resume (RoPE's weight layout changed since): use a new run_dir, or finish it "
+                                  "with the lengthx version that started it")
+    if problem is None:
+        was = {**old, "model": {**old.get("model", {}), "pe": _canonical_pe(old.get("model", {}).get("pe"))}}
+        diffs = [f"{part}.{k}: {was.get(part, {}).get(k)!r} -> {ident[part].get(k)!r}"
+                 for part in ("model", "train") for k in sorted(set(was.get(part, {})) | set(ident[part]))
+                 if was.get(part, {}).get(k) != ident[part].get(k)]
+        if old.get("data") != ident["data"] and not (tokens is not None and old.get("data") == _float_fingerprint(tokens)):
+            diffs.append("data: the training tokens differ")
+        if diffs: problem = RunMismatchError(f"{str(run_dir)!r} holds a different run ({'; '.join(diffs)}); "
+                                             "use a new run_dir, or delete that one to start over")
+    if problem is None: return False
+    if _holds_checkpoint(run_dir): raise problem
+    # a run that died before its first checkpoint (e.g. killed for memory) left only run.json: nothing to resume
+    _write_json(path, ident)
+    (log or print)(f"{RUN_JSON} in {str(run_dir)!r} named another run that stopped before its first checkpoint "
+                   "(no checkpoint to resume); replaced by this run's")
+    return True
 
 # %% ../nbs/52_train.ipynb #610599c3
 class _StopFlag:
@@ -633,8 +723,11 @@ class _Distributed:
 def _read_metrics(path: Path, upto: int) -> list[dict]:
     "The records of steps 1..upto, one per step (a torn last line or a repeated step is dropped)."
     if not path.exists(): return []
+    try:
+        with open_regular(path, METRICS) as (f, _): text = f.read().decode("utf-8", errors="replace")
+    except ValueError as e: raise CheckpointError(f"{e}; move it away to resume") from None
     by_step = {}
-    for line in path.read_text(errors="replace").splitlines():
+    for line in text.splitlines():
         with contextlib.suppress(json.JSONDecodeError, AttributeError, TypeError):
             rec = json.loads(line)
             if 0 < rec["step"] <= upto: by_step.setdefault(rec["step"], rec)
@@ -677,25 +770,43 @@ def _stderr(msg: str) -> None:
     tqdm.write(msg, file=sys.stderr)
 
 
-def train(model_cfg: GPTConfig, train_cfg: TrainConfig, tokens: Optional[Tensor] = None,
+def _check_memory(model_cfg: GPTConfig, cfg: TrainConfig, device: torch.device, world: int) -> None:
+    "Refuse, in one line, a configuration whose estimated training memory exceeds what `device` has available."
+    from lengthx.evaluate import available_memory, estimate_train_memory, format_bytes
+    with torch.random.fork_rng(devices=[]):      # the estimate builds the PE; the caller's RNG stays as it was
+        need = estimate_train_memory(model_cfg, cfg.length, batch=max(1, cfg.batch_size // world), device=device)
+    have = available_memory(device)
+    if need > have:
+        raise ValueError(f"training needs an estimated {format_bytes(need)} (batch_size {cfg.batch_size}, length "
+                         f"{cfg.length}, {model_cfg.n_layer} layers of width {model_cfg.d_model}, pe {model_cfg.pe!r}) but "
+                         f"{device} has {format_bytes(have)} available: lower batch_size (raise grad_accum to keep the "
+                         "tokens per step) or the length")
+
+
+def train(model_cfg: Union[GPTConfig, str], train_cfg: TrainConfig, tokens: Optional[Tensor] = None,
           run_dir: Optional[Union[str, Path]] = None, progress: bool = True, val_tokens: Optional[Tensor] = None,
           stop_after: Optional[int] = None, callback: Optional[Callable[[dict], None]] = None,
           log: Optional[Callable[[str], None]] = None) -> tuple[GPT, list[dict]]:
     "Train a GPT (one process, or every rank under torchrun); with `run_dir`, log metrics, checkpoint, and resume the same run."
     cfg = train_cfg
     if not isinstance(cfg, TrainConfig): raise ValueError(f"train_cfg must be a TrainConfig, got {type(cfg).__name__}")
+    if isinstance(model_cfg, str): model_cfg = GPTConfig.preset(model_cfg, max_len=cfg.length)   # a size by name
+    if not isinstance(model_cfg, GPTConfig):
+        raise ValueError(f"model_cfg must be a GPTConfig or a preset name ({', '.join(sorted(PRESETS))}), "
+                         f"got {type(model_cfg).__name__}")
     device = resolve_device(cfg.device)
     if cfg.length > model_cfg.max_len:
         raise ValueError(f"training length {cfg.length} exceeds the model's max_len {model_cfg.max_len}; set max_len to the "
                          "training length (evaluation takes max_len as the length the model was trained at)")
     if run_dir is not None and Path(run_dir).exists() and not Path(run_dir).is_dir():
         raise ValueError(f"run_dir {str(run_dir)!r} is a file, not a directory")
-    if tokens is None: tokens = corpus_tokens("train")
-    _check_tokens(tokens, model_cfg.vocab_size, cfg.length, "the training tokens")
-    if val_tokens is not None: _check_tokens(val_tokens, model_cfg.vocab_size, cfg.length, "the validation tokens")
     world, _, _ = dist_env()
     if cfg.batch_size % world:
         raise ValueError(f"the global batch_size {cfg.batch_size} must be divisible by the number of processes {world}")
+    _check_memory(model_cfg, cfg, device, world)   # before any token is read or any file written
+    if tokens is None: tokens = corpus_tokens("train")
+    _check_tokens(tokens, model_cfg.vocab_size, cfg.length, "the training tokens")
+    if val_tokens is not None: _check_tokens(val_tokens, model_cfg.vocab_size, cfg.length, "the validation tokens")
     with _Distributed(device) as dd:
         say = (log or _stderr) if dd.main else (lambda msg: None)
         return _train(model_cfg, cfg, tokens, run_dir, progress and dd.main, val_tokens, stop_after, callback, dd, say)
@@ -709,7 +820,7 @@ def _open_run(run_dir: Path, model_cfg, cfg, tokens, dd: _Distributed, stack: co
         stack.enter_context(exclusive_lock(run_dir / LOCK, f"run directory {str(run_dir)!r}"))
         removed = clean_run_dir(run_dir)
         if removed: say(f"removed {len(removed)} file(s) left by an interrupted save in {str(run_dir)!r}")
-        _check_same_run(run_dir, run_identity(model_cfg, cfg, tokens))
+        _check_same_run(run_dir, run_identity(model_cfg, cfg, tokens), tokens, say)
         state = find_checkpoint(run_dir, say)
         if state is not None and not _pointer_ok(run_dir, state):
             atomic_write_bytes(run_dir / CKPT_JSON, (run_dir / _names(state["step"])[2]).read_bytes())
@@ -923,7 +1034,7 @@ CURRENT_RUN: Optional[Path] = None   # the run directory `train_run` is training
 
 def checkpoint_step(run_dir: Union[str, Path]) -> Optional[int]:
     "The step of the checkpoint in `run_dir` (read without verifying the weights), or None."
-    try: return int(json.loads((Path(run_dir) / "checkpoint.json").read_text())["step"])
+    try: return int(json.loads(read_regular(Path(run_dir) / "checkpoint.json", 1 << 20, "checkpoint.json"))["step"])
     except Exception: return None
 
 

@@ -4,7 +4,9 @@ two writers on one run directory, and byte flips / truncations of every checkpoi
 The property everywhere: the run directory always holds a checkpoint that verifies, a resumed run ends with the
 weights an uninterrupted run ends with (bitwise), and damaged files are refused or rebuilt, never used.
 The training process the tests kill is `python -m _tiny worker ...`."""
+import contextlib
 import errno
+import io
 import json
 import os
 import random
@@ -243,3 +245,245 @@ def test_damaged_token_cache_is_rebuilt_never_used(tmp_path, where, mask, kind):
         else:                                       # read back: only when the damage left the content intact
             assert not caught
 
+
+
+# ---- faults found by fault trials: a corpus past 2^24 tokens, a token cache of another split, a checkpoint
+# ---- that is not a file, a batch that cannot fit, a spec stored as typed, an out-of-range seed ---------------
+
+def _in_child(code: str, timeout: float = 60, mem_gib: int = 6) -> subprocess.CompletedProcess:
+    "Run `code` in a fresh Python whose address space is capped: a regression fails (MemoryError, timeout), never hangs or swaps."
+    import resource
+    def cap(): resource.setrlimit(resource.RLIMIT_AS, (mem_gib * 2**30, mem_gib * 2**30))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=Path(__file__).parent, preexec_fn=cap,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@contextlib.contextmanager
+def alarm(seconds: int):
+    "Raise TimeoutError after `seconds` (a read that hangs becomes a failure, not a stuck test)."
+    def ring(*_): raise TimeoutError(f"still running after {seconds} s")
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.alarm(seconds)
+    try: yield
+    finally:
+        signal.alarm(0); signal.signal(signal.SIGALRM, old)
+
+
+# fault 1: sizes whose float32 linspace rounds the last index to n (or past it), one that does not (2^24 + 1)
+@pytest.mark.parametrize("n,dtype", [(2**24 + 1, torch.uint8), (2**24 + 4, torch.uint8), (2**25 + 4, torch.int16),
+                                     (2**26 + 6, torch.uint8), (2**27 + 10, torch.uint8)])
+def test_fingerprint_of_a_corpus_past_2_24_tokens(n, dtype):
+    "The fingerprint samples positions in integers: no IndexError, the last token is sampled, the storage dtype does not matter."
+    tokens = torch.zeros(n, dtype=dtype)
+    tokens[::4099] = 7
+    fp = T.tokens_fingerprint(tokens)
+    assert fp == T.tokens_fingerprint(tokens.clone())
+    tokens[-1] = 1                                   # the last token is one of the sampled ones
+    assert T.tokens_fingerprint(tokens) != fp
+    if n < 2**25: assert T.tokens_fingerprint(tokens.to(torch.int32)) == T.tokens_fingerprint(tokens)
+
+
+def test_fingerprint_positions_are_exact_at_any_size():
+    "The sampled positions run from 0 to n − 1, strictly increasing, inside the tensor, up to 2^50 (no memory needed)."
+    for n in (1, 2, 3, 65535, 65536, 65537, 2**24 + 4, 2**28 - 1, 2**40 + 7, 2**50 - 3):
+        idx = T.spread_positions(n, 65536)
+        assert idx.dtype == torch.int64 and len(idx) == min(n, 65536)
+        assert idx[0] == 0 and idx[-1] == n - 1 and bool((idx[1:] > idx[:-1]).all()), n
+    assert len(T.spread_positions(0, 65536)) == 0
+
+
+# fault 3: a token cache that belongs to another split or another corpus root
+@pytest.fixture()
+def two_roots(tmp_path):
+    "Two tiny corpus roots of 60 files each (every split has files in both)."
+    roots = []
+    for r in ("a", "b"):
+        root = tmp_path / r
+        for i in range(60):
+            (root / f"m{i}.py").parent.mkdir(parents=True, exist_ok=True)
+            (root / f"m{i}.py").write_text(f"# {r}{i}\nx_{i} = {i} * {len(r)}\n")
+        roots.append(root)
+    return roots
+
+
+def test_token_cache_of_another_split_or_root_is_not_used(two_roots, tmp_path):
+    from lengthx.data import ByteTokenizer, corpus_cache_key, corpus_tokens, stdlib_corpus
+    import platform
+    a, b = two_roots
+    cache, tok = tmp_path / "cache", ByteTokenizer()
+    name = lambda split, root: f"stdlib-py{platform.python_version()}-{split}-bytes-{corpus_cache_key(split, tok, root)}.safetensors"
+    truth = lambda split, root: tok.encode_documents(stdlib_corpus(split, root))
+    val = corpus_tokens("validation", root=a, cache_dir=cache)
+    assert torch.equal(val, truth("validation", a)) and not torch.equal(val, truth("train", a))
+    # the validation entry renamed to the name the train split looks for (a copied cache, a bad sync)
+    (cache / name("validation", a)).rename(cache / name("train", a))
+    with pytest.warns(DataWarning, match=r"token cache .* failed its check \(holds split 'validation', not 'train'\); rebuilding it"):
+        got = corpus_tokens("train", root=a, cache_dir=cache)
+    assert torch.equal(got, truth("train", a))
+    with warnings.catch_warnings():                 # rebuilt: the entry is now the train split's, read without a word
+        warnings.simplefilter("error")
+        assert torch.equal(corpus_tokens("train", root=a, cache_dir=cache), truth("train", a))
+    # root a's train entry copied to the name root b's train split looks for: another source, refused
+    shutil.copy(cache / name("train", a), cache / name("train", b))
+    with pytest.warns(DataWarning, match=r"token cache .* failed its check \(was built from another corpus .*\); rebuilding it"):
+        got = corpus_tokens("train", root=b, cache_dir=cache)
+    assert torch.equal(got, truth("train", b))
+
+
+# fault 4: a checkpoint file that is a symlink to /dev/zero, a FIFO, or larger than its state says
+def test_checkpoint_that_is_not_a_regular_file_is_refused_not_read(finished_run, tmp_path):
+    from lengthx.cli import main
+    src, _, _ = finished_run
+    cases = {"model-00000010.safetensors": "zero", "optim-00000010.safetensors": "fifo", T.CKPT_JSON: "fifo",
+             "ckpt-00000010.json": "zero"}
+    for name, kind in cases.items():
+        run = tmp_path / f"{kind}-{name}"
+        shutil.copytree(src, run)
+        (run / name).unlink()
+        if kind == "zero": (run / name).symlink_to("/dev/zero")
+        else: os.mkfifo(run / name)
+        t0 = time.time()
+        with alarm(20):
+            with pytest.raises(CheckpointError, match=r"is not a regular file") as e:
+                verify_checkpoint(run, None if name == T.CKPT_JSON else 10)
+            assert "\n" not in str(e.value)
+            if name.startswith("model"):             # `lengthx eval` names the file and exits, one line
+                err = io.StringIO()
+                with contextlib.redirect_stderr(err):
+                    code = main(["eval", "--run", str(run), "--lengths", "32", "--quiet"])
+                assert code in (1, 2) and "is not a regular file" in err.getvalue(), err.getvalue()
+        assert time.time() - t0 < 10, name
+
+
+def test_checkpoint_file_larger_than_its_state_says_is_refused_without_reading_it(finished_run, tmp_path):
+    "The state records each tensor file's size: a file grown past it is refused from its size alone."
+    src, final, _ = finished_run
+    run = tmp_path / "run"
+    shutil.copytree(src, run)
+    f = run / "model-00000010.safetensors"
+    size = f.stat().st_size
+    assert verify_checkpoint(run)["sizes"][f.name] == size
+    with open(f, "ab") as fh: fh.truncate(size + 2**40)      # a sparse terabyte: hashing it would take hours
+    with alarm(20):
+        with pytest.raises(CheckpointError, match=rf"is {size + 2**40} bytes, but its checkpoint state says {size}"):
+            verify_checkpoint(run)
+
+
+# fault 6: a batch that cannot fit, and a run that died before its first checkpoint
+def test_a_batch_that_cannot_fit_is_refused_before_anything_is_written(tmp_path):
+    run = tmp_path / "run"
+    r = _in_child(f"""
+import time, lengthx.train as T
+from _tiny import MODEL, TOKENS, fault_cfg
+t0 = time.time()
+try: T.train(MODEL, fault_cfg(batch_size=100_000_000), tokens=TOKENS, run_dir={str(run)!r}, progress=False)
+except ValueError as e: print(f"{{time.time() - t0:.2f}}|{{e}}")
+""")
+    assert r.returncode == 0 and r.stdout.count("\n") == 1, (r.returncode, r.stdout, r.stderr[-2000:])
+    secs, msg = r.stdout.strip().split("|", 1)
+    assert float(secs) < 5, secs
+    assert msg.startswith("training needs an estimated") and "available" in msg and "batch_size 100000000" in msg, msg
+    assert not run.exists()
+
+
+def test_training_memory_estimate_counts_what_backward_and_adamw_keep():
+    "Weights, gradients and two AdamW moments are 16 bytes a parameter; activations grow linearly with the batch."
+    from lengthx.evaluate import estimate_eval_memory, estimate_train_memory
+    from lengthx.model import GPT
+    model = GPT(MODEL)
+    n = sum(p.numel() for p in model.parameters())
+    one, two = (estimate_train_memory(MODEL, 32, batch=b, path="naive") for b in (1, 2))
+    assert one >= 16 * n and one > estimate_eval_memory(MODEL, 32, batch=1, path="naive")
+    three = estimate_train_memory(MODEL, 32, batch=3, path="naive")
+    assert three - two == two - one > 0                              # linear in the batch
+    assert estimate_train_memory(MODEL, 32, batch=1, path="naive") == estimate_train_memory(model, 32, batch=1, path="naive")
+
+
+def test_run_that_died_before_its_first_checkpoint_does_not_block_a_rerun(tmp_path):
+    "run.json (and a few metrics) of another config, no checkpoint: the new run replaces it and says so."
+    run = tmp_path / "run"
+    run.mkdir()
+    other = T.run_identity(MODEL, cfg(batch_size=100_000_000), TOKENS)     # what an OOM-killed run leaves
+    (run / T.RUN_JSON).write_text(json.dumps(other))
+    (run / T.METRICS).write_text(json.dumps({"step": 1, "loss": 5.0}) + "\n")
+    msgs = []
+    m, h = train(MODEL, cfg(10), tokens=TOKENS, run_dir=run, progress=False, log=msgs.append)
+    assert [r["step"] for r in h] == list(range(1, 11))
+    assert json.loads((run / T.RUN_JSON).read_text()) == T.run_identity(MODEL, cfg(10), TOKENS)
+    assert any("no checkpoint" in x and "replaced" in x for x in msgs), msgs
+    # with a checkpoint, a different run is still refused
+    with pytest.raises(T.RunMismatchError, match="holds a different run"):
+        train(MODEL, cfg(10, batch_size=2), tokens=TOKENS, run_dir=run, progress=False)
+
+
+def test_run_json_with_the_float_fingerprint_still_resumes(tmp_path):
+    "A run started before the fingerprint used integer positions resumes; other tokens are still refused."
+    tokens = TOKENS.repeat(30)[:100_003]                    # > 65,536 tokens: the two position rules differ here
+    assert T.tokens_fingerprint(tokens) != T._float_fingerprint(tokens)
+    run = tmp_path / "run"
+    train(MODEL, cfg(10), tokens=tokens, run_dir=run, progress=False, stop_after=5)
+    ident = json.loads((run / T.RUN_JSON).read_text())
+    (run / T.RUN_JSON).write_text(json.dumps({**ident, "data": T._float_fingerprint(tokens)}))
+    msgs = []
+    _, h = train(MODEL, cfg(10), tokens=tokens, run_dir=run, progress=False, log=msgs.append)
+    assert any(x.startswith("resuming from step 5 of 10") for x in msgs) and [r["step"] for r in h] == list(range(1, 11))
+    with pytest.raises(T.RunMismatchError, match="data: the training tokens differ"):
+        train(MODEL, cfg(10), tokens=tokens.flip(0), run_dir=run, progress=False)
+
+
+# fault 7: specs normalized where they are parsed, seeds checked where they enter, a preset name accepted
+def test_pe_spec_is_stored_canonical_so_eval_accepts_what_train_accepted(tmp_path):
+    from lengthx.model import GPTConfig
+    run = tmp_path / "run"
+    train(GPTConfig(n_layer=1, n_head=2, d_model=32, pe=" ROPE ", max_len=32), cfg(5), tokens=TOKENS, run_dir=run,
+          progress=False)
+    load_model(run, expect=GPTConfig(n_layer=1, n_head=2, d_model=32, pe="rope", max_len=32))
+    assert verify_checkpoint(run)["model"]["pe"] == "rope"
+    assert GPTConfig(pe=" ROPE ").pe == "rope"
+    from lengthx.attention import build_pe, canonical_spec
+    assert canonical_spec(" BiPE : table_size = 4 : ALiBi ") == "bipe:table_size=4:alibi"
+    assert build_pe(" Kerple_Log ", n_heads=2, head_dim=8).spec == "kerple_log"
+    with pytest.raises(ValueError, match="unknown positional encoding"): GPTConfig(pe=" ROPEE ")
+
+
+def test_seed_range_is_checked_where_it_enters(tmp_path):
+    from lengthx.cli import main
+    top = 2**64 - 1                                  # torch.manual_seed takes 0..2^64 − 1
+    assert T.TrainConfig(seed=top).seed == top
+    T.seed_everything(top)
+    assert torch.initial_seed() == top
+    for bad in (2**64, 2**70):
+        with pytest.raises(ValueError, match=rf"^TrainConfig.seed must be in 0..2\*\*64 - 1 \(what torch.manual_seed takes\), got {bad}$"):
+            T.TrainConfig(seed=bad)
+        with pytest.raises(ValueError, match=rf"^seed must be an integer in 0..2\*\*64 - 1"):
+            T.seed_everything(bad)
+    with pytest.raises(ValueError, match="seed must be an integer in 0..2"): T.seed_everything(-1)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["train", "--seed", str(2**70), "--steps", "1", "--out", str(tmp_path / "r"), "--quiet"]) == 2
+    lines = err.getvalue().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lengthx train: error: TrainConfig.seed must be in 0..2**64 - 1"), lines
+
+
+def test_train_takes_a_preset_name():
+    "train(model_cfg='tiny') builds the preset at the training length; a name it does not know is a one-line error."
+    m, h = train("tiny", cfg(2), tokens=TOKENS, progress=False)
+    assert (m.cfg.n_layer, m.cfg.n_head, m.cfg.d_model, m.cfg.max_len) == (2, 4, 64, 32) and len(h) == 2
+    with pytest.raises(ValueError, match=r"^unknown preset 'tiniest'; choose from \["):
+        train("tiniest", cfg(2), tokens=TOKENS, progress=False)
+    with pytest.raises(ValueError, match=r"^model_cfg must be a GPTConfig or a preset name"):
+        train(3, cfg(2), tokens=TOKENS, progress=False)
+
+
+def test_delta_p_windows_of_a_corpus_past_2_24_tokens():
+    "ΔP's windows are spread in integer arithmetic: float32 rounded the last start past the end of a 2**24+ token corpus."
+    from lengthx.model import GPT, GPTConfig
+    from lengthx.pe.cdape import delta_p
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.preset("tiny", pe="nope", max_len=16))
+    for n in (2 ** 24 + 7, 2 ** 25 + 3):
+        tokens = torch.zeros(n, dtype=torch.uint8)
+        r = delta_p(model, tokens, [32], 16, n_windows=3)[32]
+        assert set(r) == {"full", "local", "delta"}

@@ -158,7 +158,8 @@ def delta_p(model: Callable, tokens: Tensor, lengths: Iterable[int], train_len: 
             if L < train_len: raise ValueError(f"evaluation length {L} is shorter than train_len {train_len}")
             span = len(tokens) - L - 1
             if span < 0: raise ValueError(f"need more than {L + 1} tokens for length {L}, have {len(tokens)}")
-            starts = torch.linspace(0, span, max(1, n_windows)).round().long().unique()
+            n = max(1, n_windows)   # window starts spread over 0..span in integer arithmetic (float32 rounds past 2**24)
+            starts = torch.tensor(sorted({round(j * span / (n - 1)) if n > 1 else 0 for j in range(n)}))
             nll_full, nll_local = [], []
             for i in range(0, len(starts), batch_size):
                 win = torch.stack([tokens[s:s + L + 1] for s in starts[i:i + batch_size].tolist()]).to(dev, torch.long)
