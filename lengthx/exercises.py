@@ -54,6 +54,11 @@ class Exercise:
     @property
     def autograded(self) -> bool: return bool(self.checks)
 
+    def _repr_markdown_(self) -> str:
+        "How a notebook shows an exercise: its id, kind and title, and the signature to write if autograded."
+        how = f"{self.kind}, autograded: write `{self.signature}`" if self.autograded else self.kind
+        return f"**Exercise {self.id}** ({how}). {self.title}"
+
 
 EXERCISES: dict[str, Exercise] = {}
 KINDS = ("derive", "implement", "experiment")
@@ -76,9 +81,9 @@ def autograded(id: str, chapter: str, title: str, signature: str, checks: tuple,
     return deco
 
 
-def written(id: str, chapter: str, title: str, kind: str) -> Exercise:
+def written(id: str, chapter: str, title: str, kind: str) -> None:
     "Register a derivation or experiment: graded by reading, listed so that courses can assign it."
-    return _register(Exercise(id, chapter, title, kind))
+    _register(Exercise(id, chapter, title, kind))
 
 # %% ../nbs/80_exercises.ipynb #90d7cc83
 def _fmt(x: Any, n: int = 6) -> str:

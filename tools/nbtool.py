@@ -67,6 +67,8 @@ def run_nb(path):
     cwd = os.getcwd(); os.chdir(path.parent)
     try:
         nb = read_nb(path)
+        for c in nb.cells:       # execnb keeps a cell's old outputs when the new run prints nothing: start from none
+            if c.cell_type == "code": c.outputs = []
         CaptureShell(path).run_all(nb, exc_stop=True)
         xwrite(nb, path)
     finally:
