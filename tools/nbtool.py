@@ -63,6 +63,8 @@ def run_nb(path):
     from execnb.nbio import read_nb, write_nb as xwrite
     from execnb.shell import CaptureShell
     os.environ.setdefault("MPLBACKEND", "Agg")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import plotcheck; plotcheck.install()      # a line plot whose x runs backwards fails the run
     path = Path(path).resolve()
     cwd = os.getcwd(); os.chdir(path.parent)
     try:
