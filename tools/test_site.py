@@ -59,9 +59,15 @@ class Quiet(SimpleHTTPRequestHandler):
     def log_message(self, *a): pass
 
 
+class QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        "A browser that closes a connection early (a cancelled image, a closed page) is not an error of the site."
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)): super().handle_error(request, client_address)
+
+
 def serve(site: Path) -> tuple[ThreadingHTTPServer, str]:
     "Serve `site` on 127.0.0.1 (a free port) from a daemon thread."
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
+    httpd = QuietServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return httpd, f"http://127.0.0.1:{httpd.server_address[1]}"
 
