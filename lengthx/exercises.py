@@ -54,6 +54,11 @@ class Exercise:
     @property
     def autograded(self) -> bool: return bool(self.checks)
 
+    def _repr_markdown_(self) -> str:
+        "How a notebook shows an exercise: its id, kind and title, and the signature to write if autograded."
+        how = f"{self.kind}, autograded: write `{self.signature}`" if self.autograded else self.kind
+        return f"**Exercise {self.id}** ({how}). {self.title}"
+
 
 EXERCISES: dict[str, Exercise] = {}
 KINDS = ("derive", "implement", "experiment")
@@ -76,9 +81,9 @@ def autograded(id: str, chapter: str, title: str, signature: str, checks: tuple,
     return deco
 
 
-def written(id: str, chapter: str, title: str, kind: str) -> Exercise:
+def written(id: str, chapter: str, title: str, kind: str) -> None:
     "Register a derivation or experiment: graded by reading, listed so that courses can assign it."
-    return _register(Exercise(id, chapter, title, kind))
+    _register(Exercise(id, chapter, title, kind))
 
 # %% ../nbs/80_exercises.ipynb #90d7cc83
 def _fmt(x: Any, n: int = 6) -> str:
@@ -265,13 +270,13 @@ def _ch2_reference(fn):
 
 
 def _ch2_shift(fn):
-    "a fixed rotation moves every position: p_{t+k} = M_k p_t"
+    "a fixed rotation moves every position: p(t+k) = M_k·p(t)"
     dim, pos = 8, torch.arange(0, 60, 7)
     for k in (1, 5, 37):
         what = f"dim = {dim}, positions {pos.tolist()} and the same positions + {k}"
         p = _as_tensor(_call(fn, what, pos, dim), what, (len(pos), dim))
         pk = _as_tensor(_call(fn, what, pos + k, dim), what, (len(pos), dim))
-        _close(pk, p @ shift_matrix(k, dim).T, what + " (p_{t+k} against M_k·p_t)", atol=2e-4)
+        _close(pk, p @ shift_matrix(k, dim).T, what + " (p(t+k) against M_k·p(t))", atol=2e-4)
 
 
 @autograded("2.1", "02_absolute", "The sinusoidal table, interleaved sin/cos",
@@ -336,7 +341,7 @@ def _ch10_reference(fn):
             "rope_rotate_half(x: Tensor[..., T, d], pos: LongTensor[T], inv_freq: Tensor[d/2]) -> Tensor[..., T, d]",
             (_ch10_identity, _ch10_norm, _ch10_relative, _ch10_reference))
 def rope_rotate_half(x: Tensor, pos: Tensor, inv_freq: Tensor) -> Tensor:
-    "Rotate the pair (x_i, x_{i+d/2}) by the angle pos·θ_i."
+    "Rotate dimension i together with dimension i + d/2 by the angle pos·θ_i."
     ang = pos.to(torch.float64)[:, None] * inv_freq.to(torch.float64)     # [T, d/2]
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     x1, x2 = x.chunk(2, dim=-1)
@@ -435,7 +440,7 @@ def _ch12_identity(fn):
 
 
 def _ch12_ends(fn):
-    "θ_0 stays 1 and the slowest pair θ_{d/2−1} is divided by exactly s"
+    "θ_0 stays 1 and the slowest pair's frequency (i = d/2 − 1) is divided by exactly s"
     for dim, s in ((64, 4.0), (16, 8.0)):
         what = f"dim = {dim}, base = 10000, scale = {s}"
         got = _as_tensor(_call(fn, what, dim, 10000.0, s), what, (dim // 2,))

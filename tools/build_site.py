@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STATIC = ROOT / "tools" / "site_static"
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 DROP = {"hide", "default_exp", "exporti"}
+TEST_RUNNER = re.compile(r"^[ \t]*#[ \t]*NBVAL_\w+[ \t]*\n?", re.M)   # nbval's cell markers: for the test runner, not the reader
 REMOTE_IMG = re.compile(r"!\[[^\]]*\]\((https?:)?//[^)]*\)|<img[^>]+src=[\"'](https?:)?//", re.I)
 
 
@@ -123,6 +124,7 @@ def apply_directives(cells: list[dict], badge: str, missing: list[str] = ()) -> 
             out.append(dict(cell, source=source)); continue
         if cell["cell_type"] != "code": continue
         dirs, code = split_directives(source)
+        code = TEST_RUNNER.sub("", code)
         if DROP & dirs.keys() or dirs.get("include") == "false": continue
         tags = []
         if "export" in dirs or "exports" in dirs:
@@ -158,6 +160,7 @@ nb_code_prompt_show = "Show the source"
 nb_code_prompt_hide = "Hide the source"
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist", "html_image"]
 myst_heading_anchors = 3
+smartquotes = False                        # `--budget` and "quotes" stay as written (no en dashes, no curly quotes)
 # a ```python block that shows a notebook shell escape (`!pip install ...`) does not lex as Python;
 # Sphinx then highlights it in relaxed mode, which is what a reader should see
 suppress_warnings = ["misc.highlighting_failure"]
@@ -167,6 +170,8 @@ html_title = {title!r}
 html_context = {{"default_mode": "light"}}      # an empty mode is a console error in pydata-sphinx-theme
 html_static_path = ["_site_static"]
 html_css_files = ["lengthx.css"]
+html_js_files = ["lengthx-search.js"]       # search excerpts without TeX or code; no fetches from file://
+html_favicon = "_site_static/favicon.ico"
 html_last_updated_fmt = None
 html_show_sourcelink = False
 html_copy_source = False

@@ -30,7 +30,7 @@ def attend(q, k, v, causal=False):
     "Exercise 1.1: softmax(q·kᵀ/√d)·v with an optional causal mask — replace this stub."
     raise NotImplementedError
 
-check("1.1", attend)""")
+passed = check("1.1", attend)""")
 
 EX["02_absolute"] = ("""**Exercise 2.1** (implement, ★, autograded). Write `sinusoidal(pos, dim, base=10000.0)` returning the table $p_t$ of shape `[T, dim]`: $\\sin(t\\omega_i)$ in dimension $2i$ and $\\cos(t\\omega_i)$ in $2i+1$, with $\\omega_i = \\text{base}^{-2i/d}$. The grader checks the layout at position 0, the values, and the shift property $p_{t+k} = M_k p_t$ with this chapter's `shift_matrix`.
 
@@ -43,7 +43,7 @@ def sinusoidal(pos, dim, base=10000.0):
     "Exercise 2.1: the interleaved sin/cos table [T, dim] — replace this stub."
     raise NotImplementedError
 
-check("2.1", sinusoidal)""")
+passed = check("2.1", sinusoidal)""")
 
 EX["10_rope"] = ("""**Exercise 10.1** (implement, ★, autograded). Write `rope_rotate_half(x, pos, inv_freq)` for `x` of shape `[..., T, d]` in the GPT-NeoX layout: dimension $i$ pairs with $i + d/2$, and the pair is rotated by $m\\theta_i$. Do not call this chapter's functions. The grader checks position 0, norm preservation, that $q_m\\cdot k_n$ depends only on $m - n$, and the values — a correct rotation in the *interleaved* layout passes the first three and is caught by the fourth.
 
@@ -58,13 +58,13 @@ def rope_rotate_half(x, pos, inv_freq):
     "Exercise 10.1: rotate the pair (x_i, x_{i+d/2}) by pos·θ_i — replace this stub."
     raise NotImplementedError
 
-check("10.1", rope_rotate_half)
+passed = check("10.1", rope_rotate_half)
 
 def layout_permutation(d):
     "Exercise 10.2: the permutation π as a list of d indices — replace this stub."
     return None
 
-check("10.2", layout_permutation)""")
+passed = check("10.2", layout_permutation)""")
 
 EX["11_xpos"] = ("""**Exercise 11.1** (implement, ★, autograded). Write `xpos_scale(pos, dim, scale_base=512.0)` returning the query factor $\\zeta_i^{n/\\gamma}$ of shape `[T, dim/2]`, with $\\zeta_i = (2i + 0.4d)/(1.4d)$. The grader checks position 0, the range $(0, 1]$ and the ordering over pairs, that the product of query and key factors depends only on $m-n$, and the values.
 
@@ -77,7 +77,7 @@ def xpos_scale(pos, dim, scale_base=512.0):
     "Exercise 11.1: the query factor ζ_i^(pos/γ), shape [T, dim/2] — replace this stub."
     raise NotImplementedError
 
-check("11.1", xpos_scale)""")
+passed = check("11.1", xpos_scale)""")
 
 EX["12_context_extension"] = ("""**Exercise 12.1** (implement, ★, autograded). Write `ntk_inv_freq(dim, base, scale)`: RoPE's $\\theta_i$ computed with the NTK-aware base. The grader checks that $s = 1$ changes nothing, that $\\theta_0$ stays 1 while the slowest pair is slowed by exactly $s$, and the values.
 
@@ -90,7 +90,7 @@ def ntk_inv_freq(dim, base, scale):
     "Exercise 12.1: θ_i with the NTK-aware base — replace this stub."
     raise NotImplementedError
 
-check("12.1", ntk_inv_freq)""")
+passed = check("12.1", ntk_inv_freq)""")
 
 EX["20_t5_alibi"] = ("""**Exercise 20.1** (implement, ★, autograded). Write `alibi_bias(n_heads, length)` returning $-m_h|i - j|$ of shape `[n_heads, length, length]`, with ALiBi's official slopes: geometric $2^{-8(h+1)/n}$ when $n$ is a power of two, and otherwise the $2^k$ slopes of the largest power of two below $n$ followed by every other slope of the $2^{k+1}$ rule. The grader checks the sign and linearity, the slopes for 8 heads, and 3, 6 and 12 heads.
 
@@ -103,7 +103,7 @@ def alibi_bias(n_heads, length):
     "Exercise 20.1: −m_h·|i − j| with the official slopes, [n_heads, length, length] — replace this stub."
     raise NotImplementedError
 
-check("20.1", alibi_bias)""")
+passed = check("20.1", alibi_bias)""")
 
 EX["21_kerple"] = ("""**Exercise 21.1** (implement, ★, autograded). Write `is_cpd(K)` that decides whether a symmetric matrix is conditionally positive definite: $c^\\top K c \\ge 0$ for every $c$ with $\\sum_i c_i = 0$. The grader tries kernels that are CPD but not PSD (the triangle and log kernels), PD ones, a constant matrix, the power kernel with exponent 3, and a bias with the wrong sign — testing PSD on *all* vectors, or demanding a strictly positive projected eigenvalue, fails it.
 
@@ -116,13 +116,13 @@ def is_cpd(K):
     "Exercise 21.1: True iff cᵀKc ≥ 0 for every c whose entries sum to zero — replace this stub."
     raise NotImplementedError
 
-check("21.1", is_cpd)
+passed = check("21.1", is_cpd)
 
 def cpd_counterexample(p):
     "Exercise 21.2: points x and sum-zero weights c with cᵀKc < 0 for K = −|x_i − x_j|^p — replace this stub."
     raise NotImplementedError
 
-check("21.2", cpd_counterexample)""")
+passed = check("21.2", cpd_counterexample)""")
 
 EX["22_sandwich_fire"] = ("""**Exercise 22.1** (implement, ★, autograded). Write `fire_distance(i, j, c, L)`: FIRE's MLP input $\\psi(i-j)/\\psi(\\max(i, L))$ with $\\psi(x) = \\log(1 + |cx|)$, for query positions `i` and key positions `j` that broadcast. The grader checks the diagonal, the range $[0, 1]$ on causal pairs, the threshold $L$ at the first queries, and the values.
 
@@ -135,7 +135,7 @@ def fire_distance(i, j, c, L):
     "Exercise 22.1: ψ(i − j)/ψ(max(i, L)) with ψ(x) = log(1 + |c·x|) — replace this stub."
     raise NotImplementedError
 
-check("22.1", fire_distance)""")
+passed = check("22.1", fire_distance)""")
 
 EX["23_randomized"] = ("""**Exercise 23.1** (implement, ★, autograded). Write `randomized_positions(length, max_len, generator)`: `length` distinct positions drawn uniformly without replacement from `range(max_len)`, sorted, from the generator you are given; refuse `length > max_len`. The grader checks order, distinctness and range, that every position is drawn with probability `length / max_len`, reproducibility under the generator, and the error.
 
@@ -148,7 +148,7 @@ def randomized_positions(length, max_len, generator):
     "Exercise 23.1: sorted distinct positions, uniform from range(max_len) — replace this stub."
     raise NotImplementedError
 
-check("23.1", randomized_positions)""")
+passed = check("23.1", randomized_positions)""")
 
 EX["30_bipe"] = ("""**Exercise 30.1** (implement, ★, autograded). Write `segment_positions(ids, sep_ids)` returning `(intra, inter)` for `ids` of shape `[B, T]`, with this chapter's convention: a separator belongs to the segment it closes, so $n(t)$ counts separators strictly before $t$, and the token after a separator has intra position 0. The grader checks the worked example, rows that start with a separator, runs of separators, rows with none, the prefix property, and random batches.
 
@@ -161,7 +161,7 @@ def segment_positions(ids, sep_ids):
     "Exercise 30.1: (intra, inter) — separators close their segment — replace this stub."
     raise NotImplementedError
 
-check("30.1", segment_positions)""")
+passed = check("30.1", segment_positions)""")
 
 EX["40_dape"] = ("""**Exercise 40.1** (implement, ★★, autograded). Write `dape_logits(S, bias, W1, b1, W2, b2)`: equation 3, $S + B + W_2\\,\\mathrm{LeakyReLU}(W_1[S; B] + b_1) + b_2$, where $[S; B]$ stacks all heads' scores and biases on the channel axis (`W1` is $D \\times 2H$, slope 0.01) and the MLP acts at every query–key pair on its own. The grader checks that a future pixel never moves another pixel, that the MLP mixes heads, and the values.
 
@@ -174,7 +174,7 @@ def dape_logits(S, bias, W1, b1, W2, b2):
     "Exercise 40.1: S + B + W2·LeakyReLU(W1·[S; B] + b1) + b2 at each (i, j) — replace this stub."
     raise NotImplementedError
 
-check("40.1", dape_logits)""")
+passed = check("40.1", dape_logits)""")
 
 EX["41_cdape"] = ("""**Exercise 41.1** (implement, ★★, autograded). Write `causal_key_conv(x, weight, bias)`: CDAPE's convolution of score maps `x` `[B, C, T, T]` with 1×k kernels along the key axis (padding $k/2$, so the size stays), applied to the lower-triangular map — every pixel $j > i$ zeroed first. The grader checks that no future pixel reaches a visible output, that rows do not mix, and the values; a convolution without the mask, or with the mask applied after it, leaks.
 
@@ -187,7 +187,7 @@ def causal_key_conv(x, weight, bias):
     "Exercise 41.1: tril the score map, then a 1×k convolution along keys — replace this stub."
     raise NotImplementedError
 
-check("41.1", causal_key_conv)""")
+passed = check("41.1", causal_key_conv)""")
 
 EX["53_evaluate"] = ("""**Exercise 53.1** (implement, ★, autograded). Write `last_k_windows(n_tokens, length, k, n_windows)` returning the `(start, scored_from)` windows of the last-k protocol: `n_windows` starts spaced evenly from 0 to `n_tokens − length − 1` (rounded), each scoring its last $\\min(k, \\text{length})$ targets. The grader checks that every window and its targets fit in the stream, the number scored, and the windows themselves.
 
@@ -200,7 +200,7 @@ def last_k_windows(n_tokens, length, k=256, n_windows=16):
     "Exercise 53.1: evenly spaced (start, scored_from) windows — replace this stub."
     raise NotImplementedError
 
-check("53.1", last_k_windows)""")
+passed = check("53.1", last_k_windows)""")
 
 EX["60_che"] = ("""**Exercise 60.1** (implement, ★, autograded). Write `solve_modular_arithmetic(ids)`, the reference solver of the `modular_arithmetic` task: ids 0–4 are digits, 5 is `+`, 6 is `−`, 7 is `*`; return the value mod 5 with the usual precedence. The grader checks hand cases (precedence, left-to-right subtraction), the output range, and agreement with the task's own targets on random inputs.
 
@@ -213,7 +213,7 @@ def solve_modular_arithmetic(ids):
     "Exercise 60.1: the value mod 5 of n op n op … n (ids 0–4 digits, 5 +, 6 −, 7 *) — replace this stub."
     raise NotImplementedError
 
-check("60.1", solve_modular_arithmetic)""")
+passed = check("60.1", solve_modular_arithmetic)""")
 
 EX["61_recall_arithmetic"] = ("""**Exercise 61.1** (implement, ★, autograded). Write `mqar_targets(seq, n_keys)`: the next-token targets of multi-query associative recall for one input sequence — at a position holding a key already seen (a query), the value that followed the key's first occurrence; −100 everywhere else, including the first occurrence of each key. The grader checks a hand example and agreement with `Recall.sample` on random layouts.
 
@@ -226,7 +226,7 @@ def mqar_targets(seq, n_keys):
     "Exercise 61.1: the stored value at each repeated key, −100 elsewhere — replace this stub."
     raise NotImplementedError
 
-check("61.1", mqar_targets)""")
+passed = check("61.1", mqar_targets)""")
 
 
 def cell(kind: str, src: str, key: str) -> dict:

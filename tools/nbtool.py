@@ -63,10 +63,14 @@ def run_nb(path):
     from execnb.nbio import read_nb, write_nb as xwrite
     from execnb.shell import CaptureShell
     os.environ.setdefault("MPLBACKEND", "Agg")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import plotcheck; plotcheck.install()      # a line plot whose x runs backwards fails the run
     path = Path(path).resolve()
     cwd = os.getcwd(); os.chdir(path.parent)
     try:
         nb = read_nb(path)
+        for c in nb.cells:       # execnb keeps a cell's old outputs when the new run prints nothing: start from none
+            if c.cell_type == "code": c.outputs = []
         CaptureShell(path).run_all(nb, exc_stop=True)
         xwrite(nb, path)
     finally:

@@ -29,7 +29,7 @@ def sinusoidal_table(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
 
 
 def shift_matrix(k: int, dim: int, base: float = 10000.0) -> Tensor:
-    "M_k: the block-diagonal rotation with p_{t+k} = M_k p_t."
+    "M_k: the block-diagonal rotation with p(t+k) = M_k·p(t)."
     M = torch.zeros(dim, dim, dtype=torch.float64)
     for i, w in enumerate(sinusoidal_frequencies(dim, base)):
         c, s = math.cos(k * w), math.sin(k * w)

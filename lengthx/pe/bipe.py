@@ -86,7 +86,7 @@ class BiPE(WrappedPE):
         return Positions(pos.segment, pos.segment, pos.intra)
 
     def embed(self, x: Tensor, pos: Positions) -> Tensor:
-        "x + e_{i(t)}: the intra-segment APE, positions past the table clipped to its last row."
+        "x plus the table row of each token's intra-segment position i(t), positions past the table clipped to its last row."
         if pos.intra is None: raise ValueError(f"{self.spec!r} needs intra-segment positions; build them with pe.make_positions(ids)")
         return x + self.table(pos.intra.clamp(max=self.table_size - 1)).to(x.dtype)
 
@@ -204,7 +204,7 @@ def segment_matrix(m: BiNFA, segment: Tensor) -> Tensor:
 
 
 def binfa_accepts_bilevel(m: BiNFA, ids: Tensor) -> bool:
-    "Acceptance the two-level way (the proof of Theorem 3.2): e_{q0} A(S_1)···A(S_N), then meet F."
+    "Acceptance the two-level way (the proof of Theorem 3.2): the one-hot row of q0 times A(S_1)···A(S_N), then meet F."
     ids = torch.as_tensor(ids)
     if ids.dim() != 1 or ids.numel() == 0 or int(ids[-1]) != m.sep:
         raise ValueError("binfa_accepts_bilevel reads one 1-D string that ends with the separator")

@@ -67,7 +67,7 @@ def _rotate_into(x: Tensor, cos: Tensor, sin: Tensor, sign: float = 1.0) -> Tens
 
 
 class _Rotate(torch.autograd.Function):
-    "y = R_θ x with the tables as constants; the backward is the inverse rotation R_{−θ} (its transpose)."
+    "y = R_θ x with the tables as constants; the backward is the inverse rotation, by −θ (its transpose)."
     @staticmethod
     def forward(ctx, x, cos, sin):
         ctx.save_for_backward(cos, sin)
@@ -128,7 +128,7 @@ def rope_interleaved(x: Tensor, pos: Union[Tensor, Positions], inv_freq: Tensor)
 
 
 def rope_complex(x: Tensor, pos: Union[Tensor, Positions], inv_freq: Tensor) -> Tensor:
-    "RoPE in the Llama layout: neighbour pairs as complex numbers times e^{i m θ} (torch.polar)."
+    "RoPE in the Llama layout: neighbour pairs as complex numbers times exp(i·m·θ) (torch.polar)."
     r = _check_rot(x, inv_freq)
     ang = _angles(x, pos, inv_freq)
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -149,7 +149,7 @@ def rope_matrix(m: float, inv_freq: Tensor) -> Tensor:
 
 # %% ../../nbs/10_rope.ipynb #c8ca535a
 def rope_decay_bound(dist: Tensor, dim: int, base: float = 10000.0) -> Tensor:
-    "RoFormer's relative upper bound (2/d)·Σ_j |S_j(dist)| with S_j = Σ_{l<j} e^{i·dist·θ_l}."
+    "RoFormer's relative upper bound (2/d)·Σ_j |S_j(dist)| with S_j the sum over l < j of exp(i·dist·θ_l)."
     ang = torch.as_tensor(dist, dtype=torch.float64)[..., None] * rope_inv_freq(dim, base)
     S = torch.polar(torch.ones_like(ang), ang).cumsum(-1)
     return S.abs().mean(-1)

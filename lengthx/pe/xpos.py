@@ -30,7 +30,7 @@ def xpos_scale(pos: Tensor, zeta: Tensor, scale_base: float = 512.0, centre: flo
 
 def xpos_qk(q: Tensor, k: Tensor, pos: Union[Tensor, Positions], inv_freq: Tensor, scale_base: float = 512.0,
             centre: float = 0.0) -> tuple[Tensor, Tensor]:
-    "xPos on q, k [..., T, Dh] (interleaved layout, as torchscale): q ← ζ^{m/γ} R_m q, k ← ζ^{−n/γ} R_n k."
+    "xPos on q, k [..., T, Dh] (interleaved layout, as torchscale): q ← ζ^(m/γ)·R_m q, k ← ζ^(−n/γ)·R_n k."
     if isinstance(pos, Positions): pos = pos.token
     pos = torch.as_tensor(pos, device=q.device)
     ang = pos.to(torch.float64)[..., None] * inv_freq.to(q.device, torch.float64)
@@ -43,7 +43,7 @@ def xpos_qk(q: Tensor, k: Tensor, pos: Union[Tensor, Positions], inv_freq: Tenso
 
 # %% ../../nbs/11_xpos.ipynb #f3dfbea2
 class XPos(RoPE):
-    "xPos (Sun et al., 2022): RoPE whose pairs are scaled by ζ^{(m−c)/γ} on queries and ζ^{−(n−c)/γ} on keys."
+    "xPos (Sun et al., 2022): RoPE whose pairs are scaled by ζ^((m−c)/γ) on queries and ζ^(−(n−c)/γ) on keys."
     def __init__(self, ctx: PEContext, base: float = 10000.0, scale_base: float = 512.0, frac: float = 1.0):
         super().__init__(ctx, base, frac)
         if scale_base <= 0: raise ValueError(f"xPos scale_base must be positive, got {scale_base}")
@@ -51,7 +51,7 @@ class XPos(RoPE):
         self.zeta = xpos_zeta(self.rot_dim)
 
     def tables(self, pos: Tensor, length: int) -> tuple[Tensor, ...]:
-        "cos·z, sin·z (queries) and cos/z, sin/z (keys) with z = ζ^{(pos − ⌈L/2⌉)/γ}."
+        "cos·z, sin·z (queries) and cos/z, sin/z (keys) with z = ζ^((pos − ⌈L/2⌉)/γ)."
         cos, sin = super().tables(pos, length)
         z = xpos_scale(pos, self.zeta, self.scale_base, centre=float((length + 1) // 2)).to(cos.dtype)
         return cos * z, sin * z, cos / z, sin / z
@@ -72,5 +72,5 @@ from .rotary import ROPE_BASE, ROPE_FRAC
     Opt("scale_base", float, 512.0, "γ: tokens over which each pair's decay ζ_i applies once", lo=1, hi=1e9, example=64.0),
     ROPE_FRAC])
 def _xpos(ctx: PEContext, base: float = 10000.0, scale_base: float = 512.0, frac: float = 1.0) -> PE:
-    "xPos: RoPE with per-pair exponential decay ζ^{(m−n)/γ} (scale_base γ, default 512)."
+    "xPos: RoPE with per-pair exponential decay ζ^((m−n)/γ) (scale_base γ, default 512)."
     return XPos(ctx, base, scale_base, frac)

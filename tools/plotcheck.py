@@ -1,0 +1,84 @@
+"""A figure check run while the notebooks execute: no line plot's x may run backwards.
+
+A line drawn through points whose x goes down somewhere doubles back on itself, and the reader sees a
+zigzag instead of a curve (a dict iterated in the wrong order, lengths sorted as strings, ...). A
+marker-only scatter has no line and is fine; a line with fewer than two finite points is fine; a curve
+that is meant to double back (a circle, a trajectory) says so with `line.set_gid("parametric")`.
+
+    import plotcheck; plotcheck.install()        # every plt.show() and savefig checks the figure first
+
+`install` wraps `matplotlib.pyplot.show` and `Figure.savefig`; a figure with a backwards line raises
+`BackwardsLine` in the cell that shows it. It is installed in every notebook kernel that nbval starts
+(nbs/conftest.py points PYTHONSTARTUP at tools/plotcheck_startup.py) and in `tools/nbtool.py run`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+PARAMETRIC = "parametric"      # a line's gid that allows its x to double back
+
+
+class BackwardsLine(AssertionError):
+    "A line plot whose x goes backwards."
+
+
+def _numeric_x(line) -> np.ndarray | None:
+    "The line's x as floats (dates and numbers), or None for categorical or empty x."
+    x = line.get_xdata(orig=False)
+    try: x = np.asarray(line.convert_xunits(x), dtype=float)
+    except (TypeError, ValueError): return None
+    return x[np.isfinite(x)] if x.ndim == 1 else None
+
+
+def draws_a_line(line) -> bool:
+    "True when the Line2D connects its points (any line style but none)."
+    return line.get_linestyle() not in ("None", "none", "", " ") and line.get_linewidth() > 0
+
+
+def backwards_lines(fig) -> list[str]:
+    "One description per line of `fig` that is drawn as a line and whose numeric x decreases somewhere."
+    bad = []
+    for i, ax in enumerate(fig.axes):
+        for line in ax.get_lines():
+            if not draws_a_line(line) or line.get_gid() == PARAMETRIC: continue
+            x = _numeric_x(line)
+            if x is None or len(x) < 2: continue
+            steps = np.diff(x)
+            if (steps < 0).any():
+                j = int(np.argmax(steps < 0))
+                title = ax.get_title() or f"axes {i}"
+                bad.append(f"{title!r}, line {line.get_label()!r}: x goes from {x[j]:g} back to {x[j + 1]:g} "
+                           f"(point {j + 1} of {len(x)})")
+    return bad
+
+
+def check_figure(fig) -> None:
+    "Raise BackwardsLine if any line of `fig` runs backwards in x."
+    bad = backwards_lines(fig)
+    if bad: raise BackwardsLine("a line plot's x runs backwards (sort the points by x, or draw markers only): " + "; ".join(bad))
+
+
+def check_open_figures() -> None:
+    "Check every figure pyplot holds open."
+    import matplotlib.pyplot as plt
+    for n in plt.get_fignums(): check_figure(plt.figure(n))
+
+
+def install() -> None:
+    "Check figures before pyplot shows them and before any figure is saved (idempotent)."
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+    if getattr(plt.show, "_plotcheck", False): return
+    show, savefig = plt.show, Figure.savefig
+
+    def checked_show(*a, **kw):
+        check_open_figures()
+        return show(*a, **kw)
+
+    def checked_savefig(self, *a, **kw):
+        check_figure(self)
+        return savefig(self, *a, **kw)
+
+    checked_show._plotcheck = checked_savefig._plotcheck = True
+    plt.show, Figure.savefig = checked_show, checked_savefig
+
