@@ -266,3 +266,17 @@ def test_checkpoint_round_trip(spec, tmp_path):
     init = GPT(cfg).pe.state_dict()
     trained = again.pe.state_dict()
     assert trained and any(not torch.equal(trained[n], init[n]) for n in init)   # the PE's parameters were trained and saved
+
+
+def test_bipe_passes_segment_positions_to_the_value_term():
+    "BiPE around Shaw: the key and the value term both read segment indices, not token positions."
+    torch.manual_seed(0)
+    bipe = build_pe("bipe:shaw:clip=2", n_heads=4, head_dim=8, max_len=64)
+    assert bipe.uses_value and bipe.uses_logits
+    ids = torch.randint(0, 256, (2, 24))
+    ids[:, ::4] = 10                                                   # a separator every 4 tokens: 6 segments
+    pos = bipe.make_positions(ids)
+    w = torch.rand(2, 4, 24, 24).softmax(-1)
+    seg = Positions(pos.segment)
+    torch.testing.assert_close(bipe.value(w, None, pos, pos), bipe.inner.value(w, None, seg, seg))
+    assert (bipe.value(w, None, pos, pos) - bipe.inner.value(w, None, pos, pos)).abs().max() > 1e-4
