@@ -280,3 +280,13 @@ def test_bipe_passes_segment_positions_to_the_value_term():
     seg = Positions(pos.segment)
     torch.testing.assert_close(bipe.value(w, None, pos, pos), bipe.inner.value(w, None, seg, seg))
     assert (bipe.value(w, None, pos, pos) - bipe.inner.value(w, None, pos, pos)).abs().max() > 1e-4
+
+
+def test_cope_counts_in_float32_under_bfloat16():
+    "Counts of hundreds of gates keep their fraction: positions are float32 whatever the scores' dtype."
+    pe = perturbed("cope", max_len=1024)
+    s = torch.randn(1, 2, 400, 400)
+    pos = Positions.arange(1, 400)
+    p16, p32 = pe.positions(s.bfloat16(), pos, pos), pe.positions(s, pos, pos)
+    assert p16.dtype == torch.float32
+    assert (p16 - p32).abs().max() < 0.05 * p32.max() and (p16 - p32).abs().max() < 2.0   # only the scores' rounding

@@ -51,15 +51,15 @@ class CoPEPE(PE):
         return self.emb[layer]
 
     def positions(self, scores: Tensor, pos_q: Positions, pos_k: Positions) -> Tensor:
-        "The clamped contextual positions p_ij [B, H, Tq, Tk] from scaled scores; keys after the query count nothing."
-        visible = (relative_positions(pos_q, pos_k) <= 0)[:, None].to(scores.dtype)   # [B', 1, Tq, Tk]
-        return cope_positions(cope_gates(scores, visible)).clamp(max=self.npos - 1)
+        "The clamped contextual positions p_ij [B, H, Tq, Tk] (float32) from scaled scores; keys after the query count nothing."
+        visible = (relative_positions(pos_q, pos_k) <= 0)[:, None].float()            # [B', 1, Tq, Tk]
+        return cope_positions(cope_gates(scores.float(), visible)).clamp(max=self.npos - 1)
 
     def logits(self, q: Tensor, k: Tensor, pos_q: Positions, pos_k: Positions, scale: float, layer: int = 0) -> Tensor:
         s = torch.einsum("bhqd,bhkd->bhqk", q, k)
         p = self.positions(s * scale, pos_q, pos_k)
         z = torch.einsum("bhqd,dn->bhqn", q, self._table(layer).to(q.dtype))          # q_i·e[n] for every integer n
-        return (s + interpolate_positions(z, p)) * scale
+        return (s + interpolate_positions(z.float(), p).to(s.dtype)) * scale
 
     def extra_repr(self) -> str: return f"spec={self.spec!r}, npos={self.npos}, shared={self.shared}"
 
