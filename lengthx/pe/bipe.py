@@ -94,6 +94,8 @@ class BiPE(WrappedPE):
     def bias(self, pos_q, pos_k, layer=0): return self.inner.bias(self.segment_view(pos_q), self.segment_view(pos_k), layer)
     def logits(self, q, k, pos_q, pos_k, scale, layer=0):
         return self.inner.logits(q, k, self.segment_view(pos_q), self.segment_view(pos_k), scale, layer)
+    def value(self, weights, v, pos_q, pos_k, layer=0):
+        return self.inner.value(weights, v, self.segment_view(pos_q), self.segment_view(pos_k), layer)
     def score_mod(self, pos, layer=0): return self.inner.score_mod(self.segment_view(pos), layer)
 
     # the embedding is BiPE's own; every other hook is in use exactly when the inner PE uses it
@@ -105,6 +107,8 @@ class BiPE(WrappedPE):
     def uses_bias(self): return self.inner.uses_bias
     @property
     def uses_logits(self): return self.inner.uses_logits
+    @property
+    def uses_value(self): return self.inner.uses_value
 
     def extra_repr(self) -> str:
         seg = f"fixed={self.fixed}" if self.fixed else f"sep_ids={self.ctx.sep_ids}"

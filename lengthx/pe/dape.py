@@ -17,7 +17,7 @@ from .fire import FirePE
 
 # %% auto #0
 __all__ = ['DAPE_VARIANTS', 'DAPE_FIRE_SLOPE', 'channel_matmul', 'channel_mlp', 'ScoreMLP', 'dape_logits', 'leaky_fire', 'DAPE',
-           'dape_flops', 'model_flops', 'flop_limit']
+           'DAPEBiasOnly', 'dape_flops', 'model_flops', 'flop_limit']
 
 # %% ../../nbs/40_dape.ipynb #d4f35dc0
 DAPE_VARIANTS = ("concat", "concat_residual", "add_residual")
@@ -153,6 +153,33 @@ def _dape(ctx: PEContext, inner: PE, variant: str = "concat_residual", width: in
           fire_slope: float = DAPE_FIRE_SLOPE) -> PE:
     "DAPE around an inner PE: S + B + f(S, B) per layer (S + f(S) when the inner PE has no bias)."
     return DAPE(ctx, inner, variant, width, fire_slope)
+
+# %% ../../nbs/40_dape.ipynb #e85c27a2
+class DAPEBiasOnly(WrappedPE):
+    "DAPE's ablation (Table 7): logits S + B + f(B), a per-layer MLP over the heads' biases that never sees the scores."
+    def __init__(self, ctx: PEContext, inner: PE, width: int = 32):
+        super().__init__(ctx, inner)
+        if not inner.uses_bias: raise ValueError(f"f(B) needs a base PE with a bias; {inner.spec!r} adds none")
+        if inner.uses_refine: raise ValueError(f"{type(self).__name__} cannot wrap {inner.spec!r}: it already refines logits")
+        if width < 1: raise ValueError(f"the hidden width D_DAPE must be positive, got {width}")
+        self.width = int(width)
+        self.f = nn.ModuleList(ScoreMLP(ctx.n_heads, self.width, ctx.n_heads) for _ in range(ctx.n_layers))
+
+    def refine(self, scores: Tensor, bias: Optional[Tensor], mask: Optional[Tensor], layer: int = 0) -> Tensor:
+        "A_RPE = S + B in, S + B + f(B) out: f reads the bias [1 or B, H, Tq, Tk] only."
+        if bias is None: raise ValueError(f"{self.spec!r}: the base PE uses a bias but refine received none")
+        if not 0 <= layer < len(self.f):
+            raise IndexError(f"{self.spec!r} was built for {len(self.f)} layers (PEContext.n_layers) but layer {layer} was asked for")
+        return scores + self.f[layer](_as_batched(bias, scores))
+
+    def extra_repr(self) -> str: return f"spec={self.spec!r}, width={self.width}, layers={len(self.f)}"
+
+
+@register_pe("dape_fb", wraps=True, examples=["dape_fb:kerple_log", "dape_fb:alibi"], options=[
+    Opt("width", int, 32, "D_DAPE: hidden width of the MLP f", lo=1, hi=4096, example=16)])
+def _dape_fb(ctx: PEContext, inner: PE, width: int = 32) -> PE:
+    "DAPE's f(B)-only ablation around an inner bias PE: S + B + f(B) per layer (Table 7)."
+    return DAPEBiasOnly(ctx, inner, width)
 
 # %% ../../nbs/40_dape.ipynb #7be1fbf0
 def dape_flops(batch: int, n_heads: int, tq: int, tk: int, width: int = 32, with_bias: bool = True,

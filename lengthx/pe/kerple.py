@@ -16,7 +16,7 @@ from .bias import relative_positions, squeeze_batch
 
 # %% auto #0
 __all__ = ['KERPLE_OPTIONS', 'sum_zero_projector', 'cpd_margin', 'gram', 'pd_shift', 'min_pd_shift', 'kerple_power', 'kerple_log',
-           'kerple_3log', 'kerple_weight', 'KerplePE']
+           'kerple_3log', 'kerple_weight', 'gaussian_kernel', 'KerplePE']
 
 # %% ../../nbs/21_kerple.ipynb #4e17b02a
 def sum_zero_projector(n: int, dtype=torch.float64) -> Tensor:
@@ -81,17 +81,23 @@ def kerple_weight(dist: Tensor, r3: Tensor | float, r4: Tensor | float) -> Tenso
     "KERPLE's multiplicative weight kernel exp(−r3·|m−n|^r4) (PD), applied to q·k in the bias+weight variant."
     return torch.exp(-r3 * dist.pow(r4))
 
+
+def gaussian_kernel(dist: Tensor, r1: Tensor | float, r2: Tensor | float) -> Tensor:
+    "The Gaussian kernel r1·exp(−r2·|m−n|²) as a bias (PD for r1, r2 > 0, so CPD with no shift needed; bounded in (0, r1])."
+    return r1 * torch.exp(-r2 * dist.pow(2))
+
 # %% ../../nbs/21_kerple.ipynb #2118909e
 _KINDS = {  # parameter name -> (init scale of U(0,1), is an exponent clamped to [eps, 2])
     "log": {"r1": (2.0, False), "r2": (1.0, False)},
     "power": {"r1": (1.0, False), "r2": (2.0, True)},
     "3log": {"r1": (2.0, False), "r2": (1.0, False), "r3": (2.0, True)},
     "biaswt": {"r1": (1.0, False), "r2": (2.0, True), "r3": (1.0, False), "r4": (2.0, True)},
+    "gauss": {"r1": (2.0, False), "r2": (1.0, False)},   # the Gaussian baseline (amplitude, width): same draws as log
 }
 
 
 class KerplePE(PE):
-    "KERPLE: a learnable CPD kernel of |m − n| per head added to the logits (log, power, 3log, biaswt)."
+    "KERPLE: a learnable CPD kernel of |m − n| per head added to the logits (log, power, 3log, biaswt; gauss: the Gaussian baseline)."
     relative_bias = True   # a function of the offset j − i only: Toeplitz on consecutive positions
     def __init__(self, ctx: PEContext, kind: str = "log", per_layer: bool = False, eps: float = 0.01):
         super().__init__(ctx)
@@ -120,6 +126,7 @@ class KerplePE(PE):
         g, dist = (lambda n: self.get(n, layer)), dist.unsqueeze(-3)
         if self.kind == "log": return kerple_log(dist, g("r1"), g("r2"))
         if self.kind == "3log": return kerple_3log(dist, g("r1"), g("r2"), g("r3"))
+        if self.kind == "gauss": return gaussian_kernel(dist, g("r1"), g("r2"))
         return kerple_power(dist, g("r1"), g("r2"))                       # power, and the bias part of biaswt
 
     def bias(self, pos_q: Positions, pos_k: Positions, layer: int = 0) -> Tensor:
@@ -135,6 +142,8 @@ class KerplePE(PE):
             return lambda s, b, h, qi, ki: s - r["r1"][h] * torch.log1p(r["r2"][h] * dist(b, qi, ki))
         if self.kind == "3log":
             return lambda s, b, h, qi, ki: s - r["r1"][h] * torch.log1p(r["r2"][h] * dist(b, qi, ki).pow(r["r3"][h]))
+        if self.kind == "gauss":
+            return lambda s, b, h, qi, ki: s + r["r1"][h] * torch.exp(-r["r2"][h] * dist(b, qi, ki).pow(2))
         return lambda s, b, h, qi, ki: s - r["r1"][h] * dist(b, qi, ki).pow(r["r2"][h])
 
     def logits(self, q: Tensor, k: Tensor, pos_q: Positions, pos_k: Positions, scale: float, layer: int = 0) -> Tensor:
@@ -181,3 +190,9 @@ def _kerple_3log(ctx: PEContext, per_layer: bool = False, eps: float = 0.01) -> 
 def _kerple_biaswt(ctx: PEContext, per_layer: bool = False, eps: float = 0.01) -> PE:
     "KERPLE bias+weight: q·k·exp(−r3|m−n|^r4) − r1|m−n|^r2 (naive/chunked paths only)."
     return KerplePE(ctx, "biaswt", per_layer, eps)
+
+
+@register_pe("kerple_gauss", examples=["kerple_gauss", "kerple_gauss:per_layer=true"], options=KERPLE_OPTIONS)
+def _kerple_gauss(ctx: PEContext, per_layer: bool = False, eps: float = 0.01) -> PE:
+    "The Gaussian kernel r1·exp(−r2|m−n|²) as a trained bias: KERPLE's baseline with limited extrapolation."
+    return KerplePE(ctx, "gauss", per_layer, eps)
