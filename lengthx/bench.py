@@ -138,7 +138,7 @@ from typing import Callable, Optional, Sequence
 
 PEER_PES = ("nope", "rope", "alibi", "learned")     # the encodings another library also ships
 MODES = ("forward", "train")
-INSTALL_HINT = "pip install 'lengthx[bench]'"
+INSTALL_HINT = "pip install 'lengthx[bench] @ git+https://github.com/lengthx/lengthx@main'"
 
 
 def _library(module: str):

@@ -251,7 +251,7 @@ def _bench_peers(a, dev: str) -> tuple:
     from lengthx.bench import PEER_PES, bench_peers, matmul_peak_gflops, params_table, peers_table
     if not any(importlib.util.find_spec(m) for m in ("x_transformers", "transformers")):
         raise ValueError("bench peers needs x-transformers or transformers, and neither is installed: "
-                         "pip install 'lengthx[bench] @ git+https://github.com/lengthx/lengthx'")
+                         "pip install 'lengthx[bench] @ git+https://github.com/lengthx/lengthx@main'")
     pes = PEER_PES if a.pes is None else a.pes
     bad = [p for p in pes if p not in PEER_PES]
     if bad: raise ValueError(f"--pes: no peer for pe {bad[0]!r}; choose from {', '.join(PEER_PES)}")

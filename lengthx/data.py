@@ -512,7 +512,7 @@ def _import_datasets():
         import datasets
     except ImportError as e:
         raise ImportError("real corpora need the optional package `datasets`: pip install datasets "
-                          "(or pip install 'lengthx[hf]'); the stdlib corpus needs nothing") from e
+                          "(or pip install 'lengthx[hf] @ git+https://github.com/lengthx/lengthx@main'); the stdlib corpus needs nothing") from e
     return datasets
 
 

@@ -209,7 +209,7 @@ def cot_answer_accuracy(model: GPT, n_ops: int, n: int = 256, seed: int = 0, max
 
 # %% ../nbs/61_recall_arithmetic.ipynb #de305cae
 def cot_max_len(n_ops: int) -> int:
-    "An upper bound on the tokens of `e0 = ... = v $` with n operators: 2(n+1)^2 (4k-1 tokens per k-operator expression)."
+    "An upper bound on the tokens of `e0 = ... = v $` with n operators: 2(n+1)² (4k−1 tokens per k-operator expression)."
     return 2 * (n_ops + 1) ** 2
 
 

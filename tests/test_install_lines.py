@@ -20,11 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ALLOW = {"torch", "pip", "jupytext", "playwright", "nbdev", "execnb", "pytest", "ipykernel", "jupyter", "jupyterlab"}
 # lines owned by chapters under revision elsewhere: each must still be present (the list only shrinks) —
 # the fix is the repository form, "lengthx[<extra>] @ git+https://github.com/lengthx/lengthx@main"
-PENDING = {
-    ("nbs/51_data.ipynb", "lengthx[hf]"),
-    ("nbs/54_cli.ipynb", "lengthx[bench]"),
-    ("nbs/71_cost.ipynb", "lengthx[bench]"),
-}
+PENDING: set = set()
 
 
 def settings() -> dict[str, str]:
@@ -71,7 +67,9 @@ def verdict(target: str) -> str | None:
 def targets(command: str) -> list[str]:
     "The requirements of one `pip install ...` command (options and their values left out; prose after it too)."
     try: words = shlex.split(command)
-    except ValueError: words = command.split()
+    except ValueError:                   # the command sits in a string literal: its closing quote came along
+        try: words = shlex.split(command.rstrip()[:-1])
+        except ValueError: words = command.split()
     out, skip, known = [], False, declared() | ALLOW
     if words and words[0] in PROSE: return []           # "a pip install of ...": prose about installing, no command
     for w in words:

@@ -37,7 +37,7 @@ TEX_LEFT = re.compile(r"\$\$|\\\(|\\\[|\\(frac|sqrt|sum|prod|begin|end|mathcal|m
 
 # display equations known to be wider than the column, in chapters being revised elsewhere: the count may only fall
 # (each is to be broken into lines with aligned/gathered, as chapters 10, 30 and 60 do)
-PENDING_WIDE = {"01_attention.html": 2, "22_sandwich_fire.html": 1, "50_model.html": 1}
+PENDING_WIDE: dict = {}
 # a value a reader should never see as a cell's output: what a notebook shows for a bare expression
 BARE_VALUE = re.compile(r"(False|True|None)")
 CODE_LEFT = re.compile(r"\bdef \w+\(|^\s*import \w+|\bfrom \w+(\.\w+)* import\b|#\|", re.M)   # source text in a search excerpt
