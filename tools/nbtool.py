@@ -1,61 +1,41 @@
-"""Author chapters as percent-format text and turn them into notebooks (and back).
+"""Author chapters as percent-format text, turn them into notebooks and back, and execute them.
 
-    python tools/nbtool.py tonb  draft.py  nbs/10_rope.ipynb [--run]
+    python tools/nbtool.py tonb  draft.py  nbs/10_rope.ipynb [--run]   # a new notebook, or update an existing one
     python tools/nbtool.py topct nbs/10_rope.ipynb draft.py
-    python tools/nbtool.py run   nbs/10_rope.ipynb          # execute in-process, store outputs
+    python tools/nbtool.py run   nbs/10_rope.ipynb                      # execute in-process, store outputs
 
-Cells start with `# %%` (code) or `# %% [markdown]` (markdown; each line prefixed by `# `).
-Notebooks stay the source of truth; drafts are a convenience for editing them as text.
+The conversion is jupytext's percent format (`# %%` code cells, `# %% [markdown]` markdown cells):
+`tonb` onto an existing notebook updates it in place, keeping the outputs and ids of the cells whose
+source did not change (jupytext's `--update`). Notebooks stay the source of truth; drafts are a
+convenience for editing them as text. `run` executes with execnb (as nbdev does) with the
+backwards-x plot check installed (tools/plotcheck.py).
 """
-import hashlib, json, os, sys
+import os, sys
 from pathlib import Path
 
-META = {"kernelspec": {"display_name": "python3", "language": "python", "name": "python3"}}
+import jupytext
+
+PERCENT = "py:percent"
 
 
-def pct_to_cells(text: str) -> list[dict]:
-    """Split percent-format text into notebook cells."""
-    cells, kind, buf = [], None, []
-
-    def flush():
-        if kind is None: return
-        lines = buf[:]
-        while lines and not lines[-1].strip(): lines.pop()
-        while lines and not lines[0].strip(): lines.pop(0)
-        if kind == "markdown":
-            lines = [l[2:] if l.startswith("# ") else l[1:] if l.startswith("#") else l for l in lines]
-        src = "\n".join(lines)
-        cell = {"cell_type": kind, "metadata": {}, "source": src.splitlines(keepends=True)}
-        if kind == "code": cell.update(execution_count=None, outputs=[])
-        cells.append(cell)
-
-    for line in text.splitlines():
-        if line.startswith("# %%"):
-            flush()
-            kind, buf = ("markdown" if "[markdown]" in line else "code"), []
-        else:
-            buf.append(line)
-    flush()
-    return cells
+def to_notebook(draft: str | Path, path: str | Path) -> None:
+    "Write the percent-format `draft` as the notebook `path`; an existing notebook keeps unchanged cells' outputs."
+    nb = jupytext.read(draft, fmt=PERCENT)
+    nb.metadata.pop("jupytext", None)
+    nb.metadata["kernelspec"] = {"display_name": "python3", "language": "python", "name": "python3"}
+    path = Path(path)
+    if path.exists():
+        old = jupytext.read(path)
+        from jupytext.combine import combine_inputs_with_outputs
+        nb = combine_inputs_with_outputs(nb, old, fmt=PERCENT)
+    jupytext.write(nb, path, fmt="ipynb")
 
 
-def cells_to_pct(cells: list[dict]) -> str:
-    """Inverse of `pct_to_cells`."""
-    out = []
-    for c in cells:
-        src = "".join(c["source"])
-        if c["cell_type"] == "markdown":
-            out.append("# %% [markdown]\n" + "\n".join(("# " + l) if l else "#" for l in src.splitlines()))
-        else:
-            out.append("# %%\n" + src)
-    return "\n\n".join(out) + "\n"
-
-
-def write_nb(cells, path):
-    for i, c in enumerate(cells):  # nbformat 4.5 ids, stable for unchanged cells
-        c.setdefault("id", hashlib.sha1(f"{i}{''.join(c['source'])}".encode()).hexdigest()[:8])
-    nb = {"cells": cells, "metadata": META, "nbformat": 4, "nbformat_minor": 5}
-    Path(path).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+def to_percent(path: str | Path, draft: str | Path) -> None:
+    "Write the notebook `path` as percent-format text (no jupytext header) to `draft`."
+    nb = jupytext.read(path)
+    nb.metadata.setdefault("jupytext", {})["notebook_metadata_filter"] = "-all"
+    jupytext.write(nb, draft, fmt=PERCENT)
 
 
 def run_nb(path):
@@ -80,10 +60,10 @@ def run_nb(path):
 if __name__ == "__main__":
     cmd, *args = sys.argv[1:]
     if cmd == "tonb":
-        write_nb(pct_to_cells(Path(args[0]).read_text()), args[1])
+        to_notebook(args[0], args[1])
         if "--run" in args: run_nb(args[1])
     elif cmd == "topct":
-        Path(args[1]).write_text(cells_to_pct(json.loads(Path(args[0]).read_text())["cells"]))
+        to_percent(args[0], args[1])
     elif cmd == "run":
         for p in args: run_nb(p)
     else:
