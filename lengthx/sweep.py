@@ -131,6 +131,7 @@ def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Pat
         bar.close()
         res.update(command=command or res.get("command", ""), wall_seconds=round(before + time.time() - t0, 1))
         write_results(path, res)
+        res = read_results(path)                 # what the file holds (lengths as JSON strings), on every call alike
         if figure: plt.close(plot_sweep(res, out / "sweep.png", ymax=ymax))
     return res
 
