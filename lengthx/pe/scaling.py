@@ -16,8 +16,9 @@ from .rotary import ROPE_SCALINGS, RoPE, apply_rotary, rope_inv_freq, rotary_dim
 
 # %% auto #0
 __all__ = ['rope_wavelengths', 'rotations_in', 'pi_inv_freq', 'ntk_base', 'ntk_inv_freq', 'dynamic_ntk_inv_freq',
-           'yarn_correction_dim', 'yarn_correction_range', 'yarn_ramp', 'yarn_attn_factor', 'yarn_inv_freq',
-           'DynamicNTKRoPE', 'ReRoPE', 'rerope_logn_scale', 'ReRoPELogN']
+           'yarn_correction_dim', 'yarn_correction_range', 'yarn_ramp', 'yarn_attn_factor', 'ntk_by_parts_inv_freq',
+           'yarn_inv_freq', 'llama3_inv_freq', 'longrope_attn_factor', 'longrope_inv_freq', 'DynamicNTKRoPE', 'ReRoPE',
+           'LongRoPE', 'rerope_logn_scale', 'ReRoPELogN']
 
 # %% ../../nbs/12_context_extension.ipynb #52e83ff0
 def rope_wavelengths(dim: int, base: float = 10000.0) -> Tensor:
@@ -82,14 +83,47 @@ def yarn_attn_factor(scale: float) -> float:
     return 0.1 * math.log(scale) + 1.0 if scale > 1 else 1.0
 
 
-def yarn_inv_freq(dim: int, base: float, scale: float, original_max_len: int, beta_fast: float = 32,
-                  beta_slow: float = 1) -> tuple[Tensor, float]:
-    "YaRN frequencies (fast pairs kept, slow pairs divided by s, a ramp between) and the attention factor."
+def ntk_by_parts_inv_freq(dim: int, base: float, scale: float, original_max_len: int, beta_fast: float = 32,
+                          beta_slow: float = 1) -> Tensor:
+    "NTK-by-parts: θ_i kept for pairs turning > β_fast times in L, θ_i/s for < β_slow turns, a ramp in i between."
     _check_scale(scale)
     keep = rope_inv_freq(dim, base)
     low, high = yarn_correction_range(dim, base, original_max_len, beta_fast, beta_slow)
     rho = yarn_ramp(low, high, dim // 2)
-    return keep / scale * rho + keep * (1 - rho), yarn_attn_factor(scale)
+    return keep / scale * rho + keep * (1 - rho)
+
+
+def yarn_inv_freq(dim: int, base: float, scale: float, original_max_len: int, beta_fast: float = 32,
+                  beta_slow: float = 1) -> tuple[Tensor, float]:
+    "YaRN = NTK-by-parts frequencies (fast pairs kept, slow pairs divided by s, a ramp between) and the attention factor."
+    return ntk_by_parts_inv_freq(dim, base, scale, original_max_len, beta_fast, beta_slow), yarn_attn_factor(scale)
+
+# %% ../../nbs/12_context_extension.ipynb #c3395247
+def llama3_inv_freq(dim: int, base: float, factor: float, original_max_len: int, low_freq_factor: float = 1.0,
+                    high_freq_factor: float = 4.0) -> Tensor:
+    "Llama 3.1: keep pairs with > high turns in L, divide pairs with < low turns by s, blend linearly in turns between."
+    _check_scale(factor)
+    if not high_freq_factor > low_freq_factor:
+        raise ValueError(f"high_freq_factor={high_freq_factor:g} must exceed low_freq_factor={low_freq_factor:g}")
+    theta = rope_inv_freq(dim, base)
+    gamma = ((rotations_in(original_max_len, dim, base) - low_freq_factor) / (high_freq_factor - low_freq_factor)).clamp(0, 1)
+    return (1 - gamma) * theta / factor + gamma * theta
+
+# %% ../../nbs/12_context_extension.ipynb #ab041165
+def longrope_attn_factor(scale: float, original_max_len: int) -> float:
+    "LongRoPE's cos/sin multiplier √(1 + ln s / ln L_orig) (1 when s ≤ 1)."
+    if original_max_len < 2: raise ValueError(f"LongRoPE needs an original length >= 2 (it divides by ln L), got {original_max_len}")
+    return math.sqrt(1 + math.log(scale) / math.log(original_max_len)) if scale > 1 else 1.0
+
+
+def longrope_inv_freq(dim: int, base: float, short_factor, long_factor, seq_len: int, original_max_len: int,
+                      scale: float, attention_factor: Optional[float] = None) -> tuple[Tensor, float]:
+    "LongRoPE: θ_i / λ_i with the long factors when seq_len > L_orig, the short ones otherwise; and the attention factor."
+    lam = torch.as_tensor(long_factor if seq_len > original_max_len else short_factor, dtype=torch.float64)
+    if lam.shape != (dim // 2,): raise ValueError(f"LongRoPE needs {dim // 2} rescale factors, got {tuple(lam.shape)}")
+    if not (lam > 0).all(): raise ValueError("LongRoPE rescale factors must be > 0")
+    factor = longrope_attn_factor(scale, original_max_len) if attention_factor is None else float(attention_factor)
+    return rope_inv_freq(dim, base) / lam, factor
 
 # %% ../../nbs/12_context_extension.ipynb #1964358d
 class DynamicNTKRoPE(RoPE):
@@ -181,6 +215,76 @@ def _rerope(ctx: PEContext, w: Optional[int] = None, base: float = 10000.0, frac
     window = w if w is not None else max(1, ctx.max_len // 2)
     if logn: return ReRoPELogN(ctx, window, base, frac, train_len=original_max_len)
     return ReRoPE(ctx, window, base, frac)
+
+# %% ../../nbs/12_context_extension.ipynb #23259fe1
+class LongRoPE(RoPE):
+    "LongRoPE: θ_i / λ_i with the short factors up to original_max_len, the long ones beyond; cos/sin × √(1 + ln s/ln L)."
+    def __init__(self, ctx: PEContext, scale: float, short_factor: Tensor, long_factor: Tensor, base: float = 10000.0,
+                 frac: float = 1.0, original_max_len: Optional[int] = None, attention_factor: Optional[float] = None):
+        super().__init__(ctx, base, frac)
+        self.scale = _check_scale(scale)
+        self.original_max_len = int(original_max_len or ctx.max_len)
+        self.short_factor, self.long_factor = short_factor.double(), long_factor.double()
+        _, self.attn_factor = longrope_inv_freq(self.rot_dim, self.base, self.short_factor, self.long_factor, 1,
+                                                self.original_max_len, self.scale, attention_factor)
+        longrope_inv_freq(self.rot_dim, self.base, self.short_factor, self.long_factor, self.original_max_len + 1,
+                          self.original_max_len, self.scale)   # validates the long set too
+
+    def frequencies(self, length: int) -> tuple[Tensor, float]:
+        inv, _ = longrope_inv_freq(self.rot_dim, self.base, self.short_factor, self.long_factor, length,
+                                   self.original_max_len, self.scale)
+        return inv, self.attn_factor
+
+    def extra_repr(self) -> str: return f"{super().extra_repr()}, s={self.scale:g}, original_max_len={self.original_max_len}"
+
+
+_BETA_FAST = Opt("beta_fast", float, 32.0, "β: pairs turning more than β times in the training window keep their frequency",
+                 lo=1e-3, hi=1e6, example=16.0)
+_BETA_SLOW = Opt("beta_slow", float, 1.0, "α: pairs turning fewer than α times are fully interpolated (α < β)",
+                 lo=1e-3, hi=1e6, example=2.0)
+
+
+@register_pe("ntk_by_parts", examples=["ntk_by_parts:s=8", "ntk_by_parts:s=4:beta_fast=16"], options=[
+    Opt("s", float, 8.0, "scale factor: the context grows s-fold", lo=1, hi=1e6, example=4.0),
+    ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN, _BETA_FAST, _BETA_SLOW])
+def _ntk_by_parts(ctx: PEContext, s: float = 8.0, base: float = 10000.0, frac: float = 1.0,
+                  original_max_len: Optional[int] = None, beta_fast: float = 32.0, beta_slow: float = 1.0) -> PE:
+    "NTK-by-parts: YaRN's frequencies without its temperature (original_max_len defaults to max_len)."
+    if not beta_fast > beta_slow: raise ValueError(f"beta_fast={beta_fast:g} must exceed beta_slow={beta_slow:g} (β > α)")
+    r = rotary_dim(ctx.head_dim, frac)
+    return RoPE(ctx, base, frac, inv_freq=ntk_by_parts_inv_freq(r, base, s, int(original_max_len or ctx.max_len), beta_fast, beta_slow))
+
+
+@register_pe("llama3", examples=["llama3:s=8", "llama3:s=4:original_max_len=16:low_freq_factor=2:high_freq_factor=8"], options=[
+    Opt("s", float, 8.0, "scale factor: the context grows s-fold", lo=1, hi=1e6, example=4.0),
+    ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN,
+    Opt("low_freq_factor", float, 1.0, "pairs turning fewer than this many times in the training window are divided by s",
+        lo=0, hi=1e6, example=2.0),
+    Opt("high_freq_factor", float, 4.0, "pairs turning more than this many times keep their frequency (> low_freq_factor)",
+        lo=0, hi=1e6, lo_open=True, example=8.0)])
+def _llama3(ctx: PEContext, s: float = 8.0, base: float = 10000.0, frac: float = 1.0, original_max_len: Optional[int] = None,
+            low_freq_factor: float = 1.0, high_freq_factor: float = 4.0) -> PE:
+    "Llama 3.1 scaling: kept, blended (linear in turns) and divided bands; no attention factor."
+    r = rotary_dim(ctx.head_dim, frac)
+    inv = llama3_inv_freq(r, base, s, int(original_max_len or ctx.max_len), low_freq_factor, high_freq_factor)
+    return RoPE(ctx, base, frac, inv_freq=inv)
+
+
+@register_pe("longrope", examples=["longrope:s=8", "longrope:s=4:original_max_len=16", "longrope:s=4:attention_factor=1"],
+             options=[
+    Opt("s", float, 8.0, "target scale s (target length / original_max_len): sets the attention factor and the long set",
+        lo=1, hi=1e6, example=4.0),
+    ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN,
+    Opt("attention_factor", float, None, "cos/sin multiplier (unset: √(1 + ln s / ln original_max_len))", lo=0,
+        hi=1e3, lo_open=True, example=1.0)])
+def _longrope(ctx: PEContext, s: float = 8.0, base: float = 10000.0, frac: float = 1.0, original_max_len: Optional[int] = None,
+              attention_factor: Optional[float] = None) -> PE:
+    "LongRoPE at its search seed: short set all 1, long set the NTK-by-parts factors for s (searched sets: `LongRoPE`)."
+    r = rotary_dim(ctx.head_dim, frac)
+    L = int(original_max_len or ctx.max_len)
+    lam_long = rope_inv_freq(r, base) / ntk_by_parts_inv_freq(r, base, s, L)
+    lam_short = torch.ones(r // 2, dtype=torch.float64)
+    return LongRoPE(ctx, s, lam_short, lam_long, base, frac, L, attention_factor)
 
 # %% ../../nbs/12_context_extension.ipynb #65f3dead
 def rerope_logn_scale(pos: Tensor, train_len: int) -> Tensor:
