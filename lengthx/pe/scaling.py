@@ -6,19 +6,21 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from ..attention import PE, PEContext, Positions, register_pe
+from ..attention import PE, PEContext, Positions, WrappedPE, register_pe
 from .rotary import ROPE_SCALINGS, RoPE, apply_rotary, rope_inv_freq, rotary_dim, rotary_table
 
 # %% auto #0
 __all__ = ['rope_wavelengths', 'rotations_in', 'pi_inv_freq', 'ntk_base', 'ntk_inv_freq', 'dynamic_ntk_inv_freq',
-           'yarn_correction_dim', 'yarn_correction_range', 'yarn_ramp', 'yarn_attn_factor', 'ntk_by_parts_inv_freq',
-           'yarn_inv_freq', 'llama3_inv_freq', 'longrope_attn_factor', 'longrope_inv_freq', 'DynamicNTKRoPE', 'ReRoPE',
-           'LongRoPE', 'rerope_logn_scale', 'ReRoPELogN']
+           'dynamic_linear_inv_freq', 'yarn_correction_dim', 'yarn_correction_range', 'yarn_ramp', 'yarn_attn_factor',
+           'ntk_by_parts_inv_freq', 'yarn_inv_freq', 'llama3_inv_freq', 'longrope_attn_factor', 'longrope_inv_freq',
+           'DynamicNTKRoPE', 'ReRoPE', 'LongRoPE', 'rerope_logn_scale', 'ReRoPELogN', 'self_extend_positions',
+           'self_extend_relative', 'SelfExtend', 'pose_positions', 'PoSE', 'DynamicLinearRoPE']
 
 # %% ../../nbs/12_context_extension.ipynb #52e83ff0
 def rope_wavelengths(dim: int, base: float = 10000.0) -> Tensor:
@@ -57,6 +59,11 @@ def dynamic_ntk_inv_freq(dim: int, base: float, scale: float, seq_len: int, orig
     _check_scale(scale)
     if seq_len <= original_max_len: return rope_inv_freq(dim, base)
     return ntk_inv_freq(dim, base, scale * seq_len / original_max_len - (scale - 1))
+
+# %% ../../nbs/12_context_extension.ipynb #a271a06e
+def dynamic_linear_inv_freq(dim: int, base: float, seq_len: int, original_max_len: int) -> Tensor:
+    "Dynamic linear scaling: PI with s = max(1, L_cur / L_orig), i.e. plain θ up to the training length."
+    return pi_inv_freq(dim, base, max(1.0, seq_len / original_max_len))
 
 # %% ../../nbs/12_context_extension.ipynb #0ca34162
 def yarn_correction_dim(n_rotations: float, dim: int, base: float, original_max_len: int) -> float:
@@ -307,3 +314,122 @@ class ReRoPELogN(ReRoPE):
         return super().logits(q * f[:, None, :, None], k, pos_q, pos_k, scale, layer)
 
     def extra_repr(self) -> str: return f"{super().extra_repr()}, logn_train_len={self.train_len}"
+
+# %% ../../nbs/12_context_extension.ipynb #9813f6c0
+def self_extend_positions(pos: Tensor, group: int, window: int) -> tuple[Tensor, Tensor]:
+    "Grouped positions (query ⌊m/G⌋ + w − w/G, key ⌊n/G⌋), float64: their difference is Self-Extend's far relative position."
+    g = torch.div(pos.to(torch.float64), group, rounding_mode="floor")
+    return g + (window - window / group), g
+
+
+def self_extend_relative(m: Tensor, n: Tensor, group: int, window: int) -> Tensor:
+    "P(m, n): m − n inside the neighbour window (|m − n| < w), the grouped distance (±(w − w/G) shifted) beyond."
+    m, n = m.to(torch.float64), n.to(torch.float64)
+    rel = m - n
+    gm, gn = torch.div(m, group, rounding_mode="floor"), torch.div(n, group, rounding_mode="floor")
+    shift = window - window / group
+    return torch.where(rel >= window, gm - gn + shift, torch.where(rel <= -window, gm - gn - shift, rel))
+
+
+class SelfExtend(RoPE):
+    "Self-Extend (Jin et al., 2024): RoPE logits for |m − n| < w, grouped positions ⌊·/G⌋ (shifted by w − w/G) beyond."
+    rotate = PE.rotate  # nothing is rotated up front: `logits` rotates per score matrix
+
+    def __init__(self, ctx: PEContext, group: int, window: int, base: float = 10000.0, frac: float = 1.0):
+        super().__init__(ctx, base, frac)
+        if group < 1 or window < 1: raise ValueError(f"Self-Extend needs group >= 1 and window >= 1, got {group}, {window}")
+        self.group, self.window = int(group), int(window)
+
+    def _rotated(self, x: Tensor, at: Tensor) -> Tensor:
+        "x rotated by the (possibly fractional) positions `at` [B, T]."
+        (table,) = self._prepare(self.tables(at, 0), x.dtype)
+        return apply_rotary(x, table)
+
+    def logits(self, q: Tensor, k: Tensor, pos_q: Positions, pos_k: Positions, scale: float, layer: int = 0) -> Tensor:
+        w, G = self.window, self.group
+        (tq,), (tk,) = self.tables_for(pos_q, q.dtype), self.tables_for(pos_k, k.dtype)
+        near = torch.einsum("bhqd,bhkd->bhqk", apply_rotary(q, tq), apply_rotary(k, tk))
+        gq, _ = self_extend_positions(pos_q.token, G, w)
+        _, gk = self_extend_positions(pos_k.token, G, w)
+        far = torch.einsum("bhqd,bhkd->bhqk", self._rotated(q, gq), self._rotated(k, gk))
+        rel = (pos_q.token[:, :, None] - pos_k.token[:, None, :])[:, None]   # [B, 1, Tq, Tk]
+        s = torch.where(rel >= w, far, near)
+        ahead = rel <= -w
+        if ahead.any():  # bidirectional attention: the mirror image, key shifted instead of query
+            _, gq0 = self_extend_positions(pos_q.token, G, w)
+            gk1, _ = self_extend_positions(pos_k.token, G, w)
+            back = torch.einsum("bhqd,bhkd->bhqk", self._rotated(q, gq0), self._rotated(k, gk1))
+            s = torch.where(ahead, back, s)
+        return s * scale
+
+    def extra_repr(self) -> str: return f"{super().extra_repr()}, group={self.group}, window={self.window}"
+
+# %% ../../nbs/12_context_extension.ipynb #a86cef92
+def pose_positions(length: int, target: int, chunks: int = 2, generator: Optional[torch.Generator] = None) -> Tensor:
+    "PoSE ids [length]: `chunks` runs of consecutive ids, run i shifted by u_i, 0 = u_0 ≤ u_1 ≤ … ≤ target − length."
+    if not 1 <= length <= target: raise ValueError(f"PoSE needs 1 <= length <= target, got length {length}, target {target}")
+    if chunks < 1: raise ValueError(f"PoSE needs at least one chunk, got {chunks}")
+    c = min(chunks, length)
+    if c == 1: cuts = []
+    elif c == 2: cuts = [int(torch.randint(1, (length + 1) // 2 + 1, (1,), generator=generator))]   # the reference's first-chunk rule
+    else: cuts = (torch.randperm(length - 1, generator=generator)[: c - 1] + 1).sort().values.tolist()
+    room, u, shift = target - length, 0, torch.zeros(length, dtype=torch.long)
+    for cut in cuts:   # u_i ~ U{u_{i−1}, …, L_t − L_c}, applied from the chunk's first index on
+        u = int(torch.randint(u, room + 1, (1,), generator=generator))
+        shift[cut:] = u
+    return torch.arange(length) + shift
+
+
+class PoSE(WrappedPE):
+    "PoSE (Zhu et al., 2023): in training, chunked position ids with random skips spanning `target`; plain ids at evaluation."
+    def __init__(self, ctx: PEContext, inner: PE, target: Optional[int] = None, chunks: int = 2):
+        super().__init__(ctx, inner)
+        self.target = int(target or 4 * ctx.max_len)
+        if chunks < 1: raise ValueError(f"PoSE needs chunks >= 1, got {chunks}")
+        self.chunks = int(chunks)
+
+    def make_positions(self, ids: Tensor, offset: int = 0) -> Positions:
+        pos = self.inner.make_positions(ids, offset)
+        if not self.training: return pos
+        B, T = ids.shape
+        if offset + T > self.target:
+            raise ValueError(f"PoSE target {self.target} is shorter than the training window {offset + T}: raise target")
+        rows = torch.stack([pose_positions(offset + T, self.target, self.chunks)[offset:] for _ in range(B)])
+        return replace(pos, token=rows.to(ids.device))
+
+    def extra_repr(self) -> str: return f"spec={self.spec!r}, target={self.target}, chunks={self.chunks}"
+
+# %% ../../nbs/12_context_extension.ipynb #2855c777
+class DynamicLinearRoPE(RoPE):
+    "RoPE read with PI at s = max(1, L_cur / L_orig), recomputed from each forward's length."
+    def __init__(self, ctx: PEContext, base: float = 10000.0, frac: float = 1.0, original_max_len: Optional[int] = None):
+        super().__init__(ctx, base, frac)
+        self.original_max_len = int(original_max_len or ctx.max_len)
+
+    def frequencies(self, length: int) -> tuple[Tensor, float]:
+        return dynamic_linear_inv_freq(self.rot_dim, self.base, length, self.original_max_len), self.attn_factor
+
+
+@register_pe("dynamic_linear", examples=["dynamic_linear", "dynamic_linear:original_max_len=16"],
+             options=[ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN])
+def _dynamic_linear(ctx: PEContext, base: float = 10000.0, frac: float = 1.0, original_max_len: Optional[int] = None) -> PE:
+    "Dynamic linear scaling: PI with s = max(1, current length / original_max_len)."
+    return DynamicLinearRoPE(ctx, base, frac, original_max_len)
+
+
+@register_pe("self_extend", examples=["self_extend", "self_extend:g=4:w=8", "self_extend:g=3:w=5"], options=[
+    Opt("g", int, 4, "group size G: beyond the window, positions are ⌊m/G⌋", lo=1, hi=10**6, example=8),
+    Opt("w", int, None, "neighbour window: exact RoPE for |m−n| < w (unset: max_len // 2)", lo=1, hi=10**9, example=16),
+    ROPE_BASE, ROPE_FRAC])
+def _self_extend(ctx: PEContext, g: int = 4, w: Optional[int] = None, base: float = 10000.0, frac: float = 1.0) -> PE:
+    "Self-Extend: exact RoPE inside window w, grouped positions ⌊·/g⌋ shifted by w − w/g beyond (naive/chunked only)."
+    return SelfExtend(ctx, g, w if w is not None else max(1, ctx.max_len // 2), base, frac)
+
+
+@register_pe("pose", wraps=True, examples=["pose:rope", "pose:target=256:chunks=3:rope", "pose:alibi"], options=[
+    Opt("target", int, None, "target length L_t: training ids reach up to L_t − 1 (unset: 4 × max_len)", lo=1, hi=10**9,
+        example=512),
+    Opt("chunks", int, 2, "chunks per training window (the reference uses 2)", lo=1, hi=10**6, example=3)])
+def _pose(ctx: PEContext, inner: PE, target: Optional[int] = None, chunks: int = 2) -> PE:
+    "PoSE positions wrapping a PE: `pose[:target=N][:chunks=c]:<inner spec>`; plain ids at evaluation."
+    return PoSE(ctx, inner, target, chunks)
