@@ -55,6 +55,7 @@ def test_longrope_spec_switches_set_with_length():
 
 def test_yarn_is_ntk_by_parts_and_matches_hf():
     cfg = hf_config(64, rope_type="yarn", rope_theta=1e4, factor=8.0, original_max_position_embeddings=256)
+    cfg.max_position_embeddings = 8 * 256
     inv, f = _compute_yarn_parameters(cfg)
     ours, g = yarn_inv_freq(64, 1e4, 8.0, 256)
     assert torch.equal(ours, ntk_by_parts_inv_freq(64, 1e4, 8.0, 256))
