@@ -31,6 +31,8 @@ from torch import Tensor, nn
 
 import lengthx
 from .data import LockedError, atomic_write_bytes, batch_at, corpus_tokens, exclusive_lock, open_regular, read_regular
+from .attention import canonical_spec
+from .evaluate import available_memory, estimate_train_memory, format_bytes
 from .model import GPT, PRESETS, GPTConfig
 
 # %% auto #0
@@ -479,7 +481,6 @@ def _tensor_file(run_dir: Path, state: dict, prefix: str) -> Path:
 
 def _canonical_pe(spec):
     "A stored spec in canonical form (`' ROPE '` -> `'rope'`); one that no longer parses is kept as it is."
-    from lengthx.attention import canonical_spec
     with contextlib.suppress(Exception): return canonical_spec(spec)
     return spec
 
@@ -772,7 +773,6 @@ def _stderr(msg: str) -> None:
 
 def _check_memory(model_cfg: GPTConfig, cfg: TrainConfig, device: torch.device, world: int) -> None:
     "Refuse, in one line, a configuration whose estimated training memory exceeds what `device` has available."
-    from lengthx.evaluate import available_memory, estimate_train_memory, format_bytes
     with torch.random.fork_rng(devices=[]):      # the estimate builds the PE; the caller's RNG stays as it was
         need = estimate_train_memory(model_cfg, cfg.length, batch=max(1, cfg.batch_size // world), device=device)
     have = available_memory(device)
