@@ -174,19 +174,16 @@ def sweep_table(res: dict) -> str:
     lens = list(int_lengths(rows[0]["ppl"]))
     tl = res["settings"]["train_len"]
     level = res["settings"].get("interval_level", SWEEP_INTERVAL)
-    head = ("| PE | " + " | ".join(f"{L} ({L // tl}x)" + (f", {level:.0%} interval" if L in (lens[0], lens[-1]) else "")
+    head = ("| PE | " + " | ".join(f"{L} ({L // tl}x)" + (f" [{level:.0%}]" if L in (lens[0], lens[-1]) else "")
                                    for L in lens) + f" | growth {lens[-1] // tl}x/1x | train |")
     sep = "|---" * (len(lens) + 3) + "|"
     return "\n".join([head, sep] + [format_row(r) for r in rows])
 
 
 def _style(i: int, n: int) -> dict:
-    "Colour, line style and marker of the i-th of n curves: tab10 for up to 10, then 20 colours, each dark/light pair told apart by dash and marker."
-    if n <= 10: return dict(color=plt.get_cmap("tab10").colors[i], ls="-", marker="o")
-    pal = plt.get_cmap("tab20").colors
-    j = i % 20
-    return dict(color=(pal[0::2] + pal[1::2])[j], ls=("-", "--", "-.", ":")[(j // 10 + 2 * (i // 20)) % 4],
-                marker="osD^v<>ph*"[j % 10])
+    "Colour, line style and marker of the i-th of n curves: ten strong colours, solid for the first ten, then dashed with other markers."
+    pal = plt.get_cmap("tab10").colors
+    return dict(color=pal[i % 10], ls=("-", "--", "-.", ":")[i // 10 % 4], marker=("o", "s", "D", "^")[i // 10 % 4])
 
 
 def _nice_ticks(lo: float, hi: float) -> list[float]:
@@ -204,9 +201,14 @@ def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[floa
     T = st["train_len"]
     curves = {s: {L: v for L, v in r["ppl"].items() if not isinstance(v, str)} for s, r in rows.items()}
     curves = {s: c for s, c in curves.items() if T in c}
+    if not curves:   # every PE failed at its own training length: say so in the figure rather than fail the sweep
+        fig, ax = plt.subplots(figsize=(8, 1.5)); ax.axis("off")
+        ax.text(0.5, 0.5, "no PE of this sweep has a perplexity at its training length", ha="center", va="center")
+        if path: fig.savefig(path, dpi=100, bbox_inches="tight"); os.chmod(path, RESULTS_MODE)
+        return fig
     top = max(max(c) for c in curves.values())
     g = {s: c[max(c)] / c[T] for s, c in curves.items()}
-    order = sorted(curves, key=lambda s: (-g[s] if max(curves[s]) == top else -1e9, s))   # worst growth first
+    order = sorted(curves, key=lambda s: (max(curves[s]) != top, -g[s], s))   # worst growth first; PEs that stop early last
     style = {s: _style(i, len(order)) for i, s in enumerate(order)}   # the strongest colours to the curves that move most
     lens = sorted({L for c in curves.values() for L in c})
     fig, (ax, bx) = plt.subplots(2, 1, figsize=(8, 4.2 + 0.23 * len(order)), dpi=100,
@@ -223,11 +225,11 @@ def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[floa
     ax.set_xticklabels([f"{L}\n{L // T}×" for L in lens])
     lo, hi = min(min(v / c[T] for v in c.values()) for c in curves.values()), max(g.values())
     if hi / lo > 3: ax.set_yscale("log")
-    ticks = _nice_ticks(lo, hi)
+    pad = max((hi - lo) * 0.04, 0.005)
+    ticks = [t for t in _nice_ticks(lo, hi) if lo - pad <= t <= hi + pad]   # only ticks the panel shows
     ax.yaxis.set_major_locator(FixedLocator(ticks)); ax.yaxis.set_minor_locator(NullLocator())
     dec = max(0, -math.floor(math.log10(min(b - a for a, b in zip(ticks, ticks[1:]))) + 1e-9)) if len(ticks) > 1 else 2
     ax.set_yticklabels([f"{t:.{dec}f}" for t in ticks])
-    pad = (hi - lo) * 0.04
     ax.set_ylim(lo - pad, hi + pad)
     ax.set(xlabel=f"evaluation length n·L (tokens; trained at L = {T})",
            ylabel=f"growth: ppl(n·L) / ppl({T})",

@@ -291,3 +291,31 @@ def test_another_seed_writes_its_own_files(tmp_path):
     recs = {p.name: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
     assert set(recs) == {"recall_smoke.json", "recall_smoke_seed3.json"}
     assert recs["recall_smoke_seed3.json"]["settings"]["seed"] == 3 and recs["recall_smoke.json"]["settings"]["seed"] == 0
+
+
+def test_the_sweep_figure_and_table_from_the_committed_sweep(tmp_path):
+    import matplotlib; matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    sys.path.insert(0, str(ROOT / "tools"))
+    import plotcheck
+    from lengthx.sweep import growth, plot_sweep, sweep_table
+    res = X.pick(X.load_results([ROOT / "nbs" / "results"]), "sweep", "cpu")["result"]
+    fig = plot_sweep(res, tmp_path / "sweep.png")
+    assert plotcheck.backwards_lines(fig) == []                            # every curve runs forwards in length
+    top, bottom = fig.axes[:2]
+    labels = [t.get_text() for t in top.get_legend().get_texts()]
+    assert all(any(l.startswith(s + "  ") for l in labels) for s in res["rows"])   # every PE named in the legend
+    assert len({(str(ln.get_color()), ln.get_linestyle(), ln.get_marker()) for ln in top.get_lines()
+                if ln.get_label() in labels}) == len(labels)                  # no two curves drawn alike
+    ticks = [float(t.get_text()) for t in top.get_yticklabels() if t.get_text()]
+    g = [growth(r) for r in res["rows"].values() if growth(r) is not None]
+    lo, hi = top.get_ylim()
+    assert len(ticks) >= 3 and lo <= min(g) and max(g) <= hi and all(lo <= t <= hi for t in ticks)
+    worst = max((s for s in res["rows"] if growth(res["rows"][s])), key=lambda s: growth(res["rows"][s]))
+    assert bottom.get_yticklabels()[0].get_text() == worst                  # the bottom panel is sorted by growth
+    plt.close(fig)
+    table = sweep_table(res).splitlines()
+    rope = next(l for l in table if l.startswith("| rope |"))
+    lo64, hi64 = res["rows"]["rope"]["ppl_interval"][64]
+    assert f"[{lo64:.1f}–{hi64:.1f}]" in rope and f"×{growth(res['rows']['rope']):.3f}" in rope
+    assert max(len(l) for l in table) < 110                                 # fits a terminal
