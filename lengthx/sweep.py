@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from .data import check_corpus, corpus_split, exclusive_lock
-from .evaluate import PROTOCOL, Protocol, eval_lengths, perplexity, plot_ppl
+from .evaluate import PROTOCOL, Protocol, eval_lengths, perplexity
 from .model import GPTConfig
 from .results import RESULTS_MODE, int_lengths, provenance, read_results, write_results
 from .train import TrainConfig, train_run
