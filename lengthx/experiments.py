@@ -453,7 +453,9 @@ def estimate_table(budget: str) -> str:
     if budget in ("smoke", "cpu"):   # budgets made for a CPU: a GPU time says little; the measured times are in the results
         rows.append(f"\n--budget {budget} is a CPU budget: its models are so small that a GPU spends its time on overheads "
                     "the FLOP model does not count, so the times above are lower bounds.")
-        found = {u: r for u in ("main", "seeds", "cdape") if (r := pick(load_results(), u, budget)) is not None}
+        try: recs = load_results()
+        except ValueError: recs = []          # a results folder named in LENGTHX_RESULTS that is missing: nothing measured
+        found = {u: r for u in ("main", "seeds", "cdape") if (r := pick(recs, u, budget)) is not None}
         if found:
             rows.append("Measured wall time of the committed results (training and evaluation, on the CPU their provenance "
                         "names): " + ", ".join(f"{u} {duration_text(r['provenance']['wall_seconds'])} "
