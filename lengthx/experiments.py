@@ -6,8 +6,8 @@
 __all__ = ['EXTRA', 'CORE', 'BASELINES', 'LM', 'UNIT', 'RUNNERS', 'ASSUMED_TFLOPS', 'unit_settings', 'default_out', 'Context',
            'Partial', 'train_lm', 'ppl_table', 'delta_ps', 'lm_row', 'lm_rows', 'unit_protocols', 'unit_position',
            'unit_che', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'unit_peers', 'run_tag', 'result_path',
-           'is_result', 'check_lm_specs', 'reproduce', 'lm_train_flops', 'estimate_table', 'experiments_view',
-           'cost_view']
+           'is_result', 'check_lm_specs', 'reproduce', 'lm_train_flops', 'flop_text', 'duration_text', 'estimate_table',
+           'experiments_view', 'cost_view']
 
 # %% ../nbs/72_reproduce.ipynb #b431fc37
 import json
@@ -432,15 +432,37 @@ def lm_train_flops(budget: str, unit: str = "main", seed: int = 0) -> float:
     return len(S["specs"]) * len(S["seeds"]) * tokens * flops_per_token(cfg, S["train_len"])
 
 
+def flop_text(f: float) -> str:
+    "A FLOP count with the prefix that keeps it between 1 and 1000: `56.4 PFLOP`, `120 TFLOP`, `3.1 GFLOP`."
+    for p, name in ((1e18, "EFLOP"), (1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP")):
+        if f >= p: return f"{f / p:.3g} {name}"
+    return f"{f:.3g} FLOP"
+
+
+def duration_text(s: float) -> str:
+    "Seconds as a reader says them: `0.4 s`, `38 s`, `27 min`, `3.1 h`."
+    return f"{s:.2g} s" if s < 10 else f"{s:.0f} s" if s < 90 else f"{s / 60:.0f} min" if s < 5400 else f"{s / 3600:.3g} h"
+
+
 def estimate_table(budget: str) -> str:
     "An ESTIMATE of the training time of each language-model unit on one GPU, from the FLOP model and `ASSUMED_TFLOPS`."
     rows = [f"ESTIMATE for --budget {budget} (training only, FLOP model 6N + 12·L·T·d per token, at an assumed achieved "
             f"throughput of {', '.join(f'{g} {t:g}' for g, t in ASSUMED_TFLOPS.items())} TFLOP/s; DAPE's extra network "
             "and the evaluations are not counted):",
-            "| unit | PFLOP | " + " | ".join(ASSUMED_TFLOPS) + " |", "|---" * (len(ASSUMED_TFLOPS) + 2) + "|"]
+            "| unit | training FLOPs | " + " | ".join(ASSUMED_TFLOPS) + " |", "|---" * (len(ASSUMED_TFLOPS) + 2) + "|"]
     for u in ("main", "seeds", "cdape", "baselines"):
         f = lm_train_flops(budget, u)
-        rows.append(f"| {u} | {f / 1e15:.1f} | " + " | ".join(f"{f / (t * 1e12) / 60:.0f} min" for t in ASSUMED_TFLOPS.values()) + " |")
+        rows.append(f"| {u} | {flop_text(f)} | " + " | ".join(duration_text(f / (t * 1e12)) for t in ASSUMED_TFLOPS.values()) + " |")
+    if budget in ("smoke", "cpu"):   # budgets made for a CPU: a GPU time says little; the measured times are in the results
+        rows.append(f"\n--budget {budget} is a CPU budget: its models are so small that a GPU spends its time on overheads "
+                    "the FLOP model does not count, so the times above are lower bounds.")
+        try: recs = load_results()
+        except ValueError: recs = []          # a results folder named in LENGTHX_RESULTS that is missing: nothing measured
+        found = {u: r for u in ("main", "seeds", "cdape", "baselines") if (r := pick(recs, u, budget)) is not None}
+        if found:
+            rows.append("Measured wall time of the committed results (training and evaluation, on the CPU their provenance "
+                        "names): " + ", ".join(f"{u} {duration_text(r['provenance']['wall_seconds'])} "
+                                               f"({r['provenance'].get('threads', '?')} thread(s))" for u, r in found.items()) + ".")
     return "\n".join(rows)
 
 # %% ../nbs/72_reproduce.ipynb #72eb1a50

@@ -29,7 +29,7 @@ RESULTS_MODE = 0o644   # results are for everyone to read, like any file a comma
 # %% auto #0
 __all__ = ['UNITS', 'BUDGET_NAMES', 'SCHEMA', 'RESULTS_MODE', 'RESULTS_URL', 'lengthx_checkout', 'provenance',
            'result_provenance', 'check_clean', 'write_results', 'read_results', 'is_result', 'committed_results',
-           'result_dirs', 'load_results', 'device_of', 'pick', 'provenance_line', 'results_overview']
+           'result_dirs', 'int_lengths', 'load_results', 'device_of', 'pick', 'provenance_line', 'results_overview']
 
 # %% ../nbs/55_results.ipynb #25ebed98
 def _git(here: Path, *args) -> str:
@@ -128,15 +128,24 @@ def result_dirs() -> list[Path]:
     return dirs
 
 
+def int_lengths(obj):
+    "`obj` with every dict whose keys are all decimal-digit strings turned into one with int keys in ascending order (recursively)."
+    if isinstance(obj, list): return [int_lengths(v) for v in obj]
+    if not isinstance(obj, dict): return obj
+    if obj and all(isinstance(k, str) and k.isdecimal() and k.isascii() for k in obj):
+        return {int(k): int_lengths(obj[k]) for k in sorted(obj, key=int)}
+    return {k: int_lengths(v) for k, v in obj.items()}
+
+
 def load_results(dirs: Optional[Sequence[Union[str, Path]]] = None) -> list[dict]:
-    "Every result in `dirs` (default `result_dirs()`); a JSON file that is not a result in the schema is skipped."
+    "Every result in `dirs` (default `result_dirs()`), lengths as sorted ints (`int_lengths`); a JSON file that is not a result is skipped."
     recs = []
     for d in (result_dirs() if dirs is None else [Path(x) for x in dirs]):
         if not d.is_dir(): raise ValueError(f"results directory {d} does not exist")
         for path in sorted(d.glob("*.json")):
             try: obj = json.loads(path.read_text(encoding="utf-8"))
             except ValueError: continue                       # not a result (a damaged file is never guessed at)
-            if is_result(obj): recs.append({**obj, "file": str(path)})
+            if is_result(obj): recs.append({**obj, "result": int_lengths(obj["result"]), "file": str(path)})
     return recs
 
 

@@ -5,6 +5,7 @@
 # %% ../nbs/56_sweep.ipynb #9d561e5b
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -17,9 +18,9 @@ import torch
 from tqdm import tqdm
 
 from .data import check_corpus, corpus_split, exclusive_lock
-from .evaluate import PROTOCOL, Protocol, eval_lengths, perplexity, plot_ppl
+from .evaluate import PROTOCOL, Protocol, eval_lengths, perplexity
 from .model import GPTConfig
-from .results import RESULTS_MODE, provenance, read_results, write_results
+from .results import RESULTS_MODE, int_lengths, provenance, read_results, write_results
 from .train import TrainConfig, train_run
 
 
@@ -46,8 +47,8 @@ BUDGETS = {
 SWEEP_INTERVAL = 0.9   # each sweep point carries a 90% bootstrap interval over its windows (chapter 53)
 
 # %% auto #0
-__all__ = ['BUDGETS', 'SWEEP_INTERVAL', 'Budget', 'sweep_one', 'sweep_settings', 'run_sweep', 'format_row', 'sweep_table',
-           'plot_sweep']
+__all__ = ['BUDGETS', 'SWEEP_INTERVAL', 'Budget', 'sweep_one', 'sweep_settings', 'run_sweep', 'growth', 'format_row',
+           'sweep_table', 'plot_sweep']
 
 # %% ../nbs/56_sweep.ipynb #4a75f88a
 def _safe(spec: str) -> str: return spec.replace(":", "_").replace("=", "-").replace("/", "_")
@@ -115,6 +116,7 @@ def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Pat
         if res.get("settings", settings) != settings:
             diff = sorted(k for k in settings if res["settings"].get(k) != settings[k])
             raise ValueError(f"{path} holds a sweep with other settings ({', '.join(diff)} differ); use another --out")
+        res = int_lengths(res)   # lengths as ints in ascending order, like the rows this call adds
         before = res.get("wall_seconds", 0.0)
         res.update(settings=settings, provenance=provenance(), rows=res.get("rows", {}))
         todo = [s for s in pes if s not in res["rows"]]
@@ -131,7 +133,6 @@ def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Pat
         bar.close()
         res.update(command=command or res.get("command", ""), wall_seconds=round(before + time.time() - t0, 1))
         write_results(path, res)
-        res = read_results(path)                 # what the file holds (lengths as JSON strings), on every call alike
         if figure: plt.close(plot_sweep(res, out / "sweep.png", ymax=ymax))
     return res
 
@@ -141,50 +142,119 @@ def _fmt(v) -> str:
     return f"{v:.2f}" if v < 1000 else f"{v:.3g}"
 
 
-def _by_length(ppl: dict) -> list:
-    return [ppl[L] for L in sorted(ppl, key=int)]
+def _with_interval(v, band) -> str:
+    "A perplexity with its interval, `12.37 [11.8–13.0]`, or the bare number when no interval was stored."
+    if isinstance(v, str) or not band: return _fmt(v)
+    lo, hi = band
+    end = lambda x: f"{x:.1f}" if x < 100 else f"{x:.3g}"
+    return f"{_fmt(v)} [{end(lo)}–{end(hi)}]"
+
+
+def growth(row: dict) -> Optional[float]:
+    "ppl at the longest length the row reached ÷ ppl at the training length (the same scored targets): how much it extrapolates."
+    ppl = {L: v for L, v in int_lengths(row["ppl"]).items() if not isinstance(v, str)}
+    return ppl[max(ppl)] / ppl[min(ppl)] if len(ppl) > 1 else None
 
 
 def format_row(row: dict) -> str:
-    "One markdown table row: the PE, its perplexity at each length, its training time."
-    return f"| {row['spec']} | " + " | ".join(_fmt(v) for v in _by_length(row["ppl"])) + f" | {row['train_seconds']:.0f}s |"
+    "One markdown table row: the PE, its perplexity at each length (with the 90% interval at the first and last), growth, training time."
+    ppl, band = int_lengths(row["ppl"]), int_lengths(row.get("ppl_interval", {}))
+    lens = list(ppl)
+    cells = [_with_interval(ppl[L], band.get(L)) if L in (lens[0], lens[-1]) else _fmt(ppl[L]) for L in lens]
+    g = growth(row)
+    reach = max((L for L in lens if not isinstance(ppl[L], str)), default=lens[0])
+    g_txt = "n/a" if g is None else f"×{g:.3f}" + ("" if reach == lens[-1] else f" (to {reach})")
+    return f"| {row['spec']} | " + " | ".join(cells) + f" | {g_txt} | {row['train_seconds']:.0f}s |"
 
 
 def sweep_table(res: dict) -> str:
-    "The sweep as a markdown table: one row per PE, one column per evaluation length."
+    "The sweep as a markdown table: one row per PE, one column per evaluation length, then growth and training time."
     rows = list(res["rows"].values())
     if not rows: return "(no results)"
-    lens = sorted(rows[0]["ppl"], key=int)
+    lens = list(int_lengths(rows[0]["ppl"]))
     tl = res["settings"]["train_len"]
-    head = "| PE | " + " | ".join(f"{L} ({int(L) // tl}x)" for L in lens) + " | train |"
-    sep = "|---" * (len(lens) + 2) + "|"
+    level = res["settings"].get("interval_level", SWEEP_INTERVAL)
+    head = ("| PE | " + " | ".join(f"{L} ({L // tl}x)" + (f" [{level:.0%}]" if L in (lens[0], lens[-1]) else "")
+                                   for L in lens) + f" | growth {lens[-1] // tl}x/1x | train |")
+    sep = "|---" * (len(lens) + 3) + "|"
     return "\n".join([head, sep] + [format_row(r) for r in rows])
 
 
+def _style(i: int, n: int) -> dict:
+    "Colour, line style and marker of the i-th of n curves: ten strong colours, solid for the first ten, then dashed with other markers."
+    pal = plt.get_cmap("tab10").colors
+    return dict(color=pal[i % 10], ls=("-", "--", "-.", ":")[i // 10 % 4], marker=("o", "s", "D", "^")[i // 10 % 4])
+
+
+def _nice_ticks(lo: float, hi: float) -> list[float]:
+    "Plain-number ticks covering [lo, hi] on a growth axis: 2 to 8 of them."
+    for step in (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100):
+        ticks = [round(k * step, 4) for k in range(int(lo // step), int(hi // step) + 2) if lo - step < k * step < hi + step]
+        if len(ticks) <= 8: return ticks
+    return [lo, hi]
+
+
 def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[float] = None):
-    "ppl vs evaluation length for every PE of a sweep; saved to `path` when given."
-    curves = {s: {int(L): v for L, v in r["ppl"].items() if not isinstance(v, str)} for s, r in res["rows"].items()}
-    curves = {s: dict(sorted(c.items())) for s, c in curves.items() if c}
-    st = res["settings"]
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw=dict(width_ratios=[1.4, 0.8]))
-    plot_ppl(curves, st["train_len"], ax=ax, ymax=ymax,
-             title=f"lengthx sweep ({st.get('budget', st.get('preset'))}: {st.get('preset', st.get('model'))}, "
-                   f"train {st['train_len']}, {st['protocol']})")
-    colors = {ln.get_label(): ln.get_color() for ln in ax.get_lines()}
-    for s, r in res["rows"].items():   # the bootstrap interval over windows, where the sweep stored one
-        band = {int(L): v for L, v in r.get("ppl_interval", {}).items() if int(L) in curves.get(s, {})}
-        if band and s in colors:
-            xs = sorted(band)
-            ax.fill_between(xs, [band[x][0] for x in xs], [band[x][1] for x in xs], color=colors[s], alpha=0.12, lw=0)
-    # the right panel ranks PEs by how much perplexity grows from 1x to the longest length they reach
-    growth = {s: c[max(c)] / c[min(c)] for s, c in curves.items() if len(c) > 1}
-    order = sorted(growth, key=growth.get)
-    bx.barh(order, [growth[s] for s in order], color="tab:blue")
-    bx.axvline(1, c="k", lw=1)
-    if growth: bx.set_xlim(min(0.95, min(growth.values()) - 0.05), max(growth.values()) * 1.03)
-    top = max((max(c) for c in curves.values()), default=st["train_len"])
-    bx.set(xlabel=f"ppl at {top} / ppl at {st['train_len']} (lower: degrades less)", title="growth beyond the training length")
-    bx.tick_params(axis="y", labelsize=8)
+    "The sweep in two panels: growth ppl(nL)/ppl(L) against n·L per PE, and each PE's fit (ppl at L) beside its ppl at the longest length."
+    from matplotlib.ticker import FixedLocator, NullLocator
+    rows, st = int_lengths(res["rows"]), res["settings"]
+    T = st["train_len"]
+    curves = {s: {L: v for L, v in r["ppl"].items() if not isinstance(v, str)} for s, r in rows.items()}
+    curves = {s: c for s, c in curves.items() if T in c}
+    if not curves:   # every PE failed at its own training length: say so in the figure rather than fail the sweep
+        fig, ax = plt.subplots(figsize=(8, 1.5)); ax.axis("off")
+        ax.text(0.5, 0.5, "no PE of this sweep has a perplexity at its training length", ha="center", va="center")
+        if path: fig.savefig(path, dpi=100, bbox_inches="tight"); os.chmod(path, RESULTS_MODE)
+        return fig
+    top = max(max(c) for c in curves.values())
+    g = {s: c[max(c)] / c[T] for s, c in curves.items()}
+    order = sorted(curves, key=lambda s: (max(curves[s]) != top, -g[s], s))   # worst growth first; PEs that stop early last
+    style = {s: _style(i, len(order)) for i, s in enumerate(order)}   # the strongest colours to the curves that move most
+    lens = sorted({L for c in curves.values() for L in c})
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(8, 4.2 + 0.23 * len(order)), dpi=100,
+                                 gridspec_kw=dict(height_ratios=[4.2, 0.6 + 0.23 * len(order)]))
+    # top: growth against evaluation length, x forwards
+    for s in order:
+        c = curves[s]
+        xs = sorted(c)
+        label = f"{s}  ×{g[s]:.2f}" if max(c) == top else f"{s}  (no value beyond {max(c)})"
+        ax.plot(xs, [c[x] / c[T] for x in xs], lw=1.6, ms=4, label=label, **style[s])
+    ax.axhline(1, color="k", lw=0.8, ls=":", label="×1: no change")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(lens)); ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([f"{L}\n{L // T}×" for L in lens])
+    lo, hi = min(min(v / c[T] for v in c.values()) for c in curves.values()), max(g.values())
+    if hi / lo > 3: ax.set_yscale("log")
+    pad = max((hi - lo) * 0.04, 0.005)
+    ticks = [t for t in _nice_ticks(lo, hi) if lo - pad <= t <= hi + pad]   # only ticks the panel shows
+    ax.yaxis.set_major_locator(FixedLocator(ticks)); ax.yaxis.set_minor_locator(NullLocator())
+    dec = max(0, -math.floor(math.log10(min(b - a for a, b in zip(ticks, ticks[1:]))) + 1e-9)) if len(ticks) > 1 else 2
+    ax.set_yticklabels([f"{t:.{dec}f}" for t in ticks])
+    ax.set_ylim(lo - pad, hi + pad)
+    ax.set(xlabel=f"evaluation length n·L (tokens; trained at L = {T})",
+           ylabel=f"growth: ppl(n·L) / ppl({T})",
+           title="growth beyond the training length, on the same scored targets")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.02), frameon=False,
+              title=f"PE, growth at {top // T}×", title_fontsize=8, handlelength=2.6)
+    # bottom: fit (ppl at L) and ppl at the longest length, per PE, with the stored intervals
+    level = st.get("interval_level", SWEEP_INTERVAL)
+    for y, s in enumerate(order):
+        c, band = curves[s], rows[s].get("ppl_interval", {})
+        col = style[s]["color"]
+        far = max(c)
+        bx.hlines(y, min(c[T], c[far]), max(c[T], c[far]), color=col, lw=1.2)   # a segment, not a curve over x
+        for L, face, dy in [(T, "white", -0.17)] + ([(far, col, 0.17)] if far != T else []):
+            err = [[c[L] - band[L][0]], [band[L][1] - c[L]]] if L in band else None
+            bx.errorbar([c[L]], [y + dy], xerr=err, fmt=style[s]["marker"], ms=5, mfc=face, mec=col, ecolor=col, elinewidth=1,
+                        capsize=2, ls="none")
+    bx.set_yticks(range(len(order)), order, fontsize=8); bx.invert_yaxis()
+    bx.set_ylim(len(order) - 0.5, -0.5)
+    if ymax: bx.set_xlim(right=ymax)
+    bx.grid(axis="x", lw=0.4, alpha=0.5)
+    bx.set(xlabel=f"perplexity (bytes): open = at L = {T} (fit), filled = at {top} ({top // T}×); bars: {level:.0%} bootstrap interval over windows")
+    bx.xaxis.label.set_fontsize(9)
+    fig.suptitle(f"lengthx sweep: {st.get('preset', '?')} model, {st.get('steps', '?')} steps at length {T}, "
+                 f"{st.get('protocol', '?')} (k = {st.get('k') or T}, {st.get('n_windows', '?')} windows)", fontsize=10)
     fig.tight_layout()
     if path:
         fig.savefig(path, dpi=100, bbox_inches="tight")

@@ -285,7 +285,7 @@ def test_sweep_rows_accumulate_and_are_readable_by_all(tmp_path, capsys):
     assert res["settings"]["preset"] == "tiny" and res["command"].startswith("lengthx sweep")
     assert stat.S_IMODE((out / "results.json").stat().st_mode) == 0o644
     table = capsys.readouterr().out
-    assert "| 16 (1x) | 32 (2x) |" in table and "(last_k, k=16, 2 windows, anchored at 32, L = the column)" in table
+    assert "| 16 (1x) [90%] | 32 (2x) [90%] | growth 2x/1x |" in table and "(last_k, k=16, 2 windows, anchored at 32, L = the column)" in table
     before = (out / "results.json").read_bytes()
     assert main([*SWEEP, "--pes", "nope", "--n-windows", "3", "--out", str(out)]) == 2    # other settings: refused
     assert "n_windows differ" in one_error_line(capsys.readouterr().err)

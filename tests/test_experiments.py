@@ -154,6 +154,15 @@ def test_colab_estimate_is_labelled_and_follows_the_flop_model():
     assert math.isclose(X.lm_train_flops("colab"), f)
 
 
+def test_a_cpu_budget_estimate_prints_readable_units_and_the_measured_times(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    text = X.estimate_table("cpu")
+    rows = [r for r in text.splitlines() if r.startswith("| main |")]
+    assert len(rows) == 1 and "0 min" not in rows[0] and "0.0 " not in rows[0] and "TFLOP" in rows[0]
+    wall = X.pick(X.load_results(), "main", "cpu")["provenance"]["wall_seconds"]
+    assert f"main {X.duration_text(wall)}" in text and "CPU budget" in text
+
+
 # --- the anchored last_k protocol ------------------------------------------------------------------------------
 
 def _targets(wins, L): return sorted(s + t + 1 for s, f in wins for t in range(f, L))
@@ -221,7 +230,30 @@ def test_committed_results_are_downloaded_for_a_run_without_a_checkout(tmp_path,
     monkeypatch.delenv("LENGTHX_RESULTS", raising=False)
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
     assert results.result_dirs() == [tmp_path / ".cache" / "lengthx" / "results"]
-    assert X.pick(X.load_results(), "cot", "cpu")["result"] == json.loads(served["cot_cpu.json"])["result"]
+    assert X.pick(X.load_results(), "cot", "cpu")["result"] == results.int_lengths(json.loads(served["cot_cpu.json"])["result"])
+
+
+def _digit_keyed(obj):
+    "Every dict inside `obj` whose keys are all numbers (as str or int)."
+    if isinstance(obj, list): return [d for v in obj for d in _digit_keyed(v)]
+    if not isinstance(obj, dict): return []
+    here = [obj] if obj and all(isinstance(k, int) or (isinstance(k, str) and k.isdigit()) for k in obj) else []
+    return here + [d for v in obj.values() for d in _digit_keyed(v)]
+
+
+def test_the_reader_hands_every_length_as_a_sorted_int():
+    on_disk = json.loads((ROOT / "nbs" / "results" / "main_cpu.json").read_text())["result"]
+    row = next(iter(on_disk["rows"].values()))
+    assert list(row["ppl"]["last_k_common"]) != sorted(row["ppl"]["last_k_common"], key=int)   # the file's order zigzags
+    recs = X.load_results([ROOT / "nbs" / "results"])
+    tables = [d for r in recs for d in _digit_keyed(r["result"])]
+    assert len(tables) > 100
+    assert all(all(isinstance(k, int) for k in d) and list(d) == sorted(d) for d in tables)
+    main_row = next(iter(X.pick(recs, "main", "cpu")["result"]["rows"].values()))
+    assert list(main_row["ppl"]["last_k_common"]) == [64, 128, 256, 512, 1024]
+    assert list(main_row["delta_p"]) == [128, 256, 512, 1024]
+    assert results.int_lengths({"1024": {"b": {"9": 1, "10": 2}}, "64": [{"2": 0, "1": 0}], "x": 1}) == \
+        {"1024": {"b": {9: 1, 10: 2}}, "64": [{1: 0, 2: 0}], "x": 1}        # not all keys numbers: only the inner ones
 
 
 def test_results_from_another_directory_are_grouped_by_device(smoke, tmp_path, monkeypatch):
@@ -259,3 +291,31 @@ def test_another_seed_writes_its_own_files(tmp_path):
     recs = {p.name: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
     assert set(recs) == {"recall_smoke.json", "recall_smoke_seed3.json"}
     assert recs["recall_smoke_seed3.json"]["settings"]["seed"] == 3 and recs["recall_smoke.json"]["settings"]["seed"] == 0
+
+
+def test_the_sweep_figure_and_table_from_the_committed_sweep(tmp_path):
+    import matplotlib; matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    sys.path.insert(0, str(ROOT / "tools"))
+    import plotcheck
+    from lengthx.sweep import growth, plot_sweep, sweep_table
+    res = X.pick(X.load_results([ROOT / "nbs" / "results"]), "sweep", "cpu")["result"]
+    fig = plot_sweep(res, tmp_path / "sweep.png")
+    assert plotcheck.backwards_lines(fig) == []                            # every curve runs forwards in length
+    top, bottom = fig.axes[:2]
+    labels = [t.get_text() for t in top.get_legend().get_texts()]
+    assert all(any(l.startswith(s + "  ") for l in labels) for s in res["rows"])   # every PE named in the legend
+    assert len({(str(ln.get_color()), ln.get_linestyle(), ln.get_marker()) for ln in top.get_lines()
+                if ln.get_label() in labels}) == len(labels)                  # no two curves drawn alike
+    ticks = [float(t.get_text()) for t in top.get_yticklabels() if t.get_text()]
+    g = [growth(r) for r in res["rows"].values() if growth(r) is not None]
+    lo, hi = top.get_ylim()
+    assert len(ticks) >= 3 and lo <= min(g) and max(g) <= hi and all(lo <= t <= hi for t in ticks)
+    worst = max((s for s in res["rows"] if growth(res["rows"][s])), key=lambda s: growth(res["rows"][s]))
+    assert bottom.get_yticklabels()[0].get_text() == worst                  # the bottom panel is sorted by growth
+    plt.close(fig)
+    table = sweep_table(res).splitlines()
+    rope = next(l for l in table if l.startswith("| rope |"))
+    lo64, hi64 = res["rows"]["rope"]["ppl_interval"][64]
+    assert f"[{lo64:.1f}–{hi64:.1f}]" in rope and f"×{growth(res['rows']['rope']):.3f}" in rope
+    assert max(len(l) for l in table) < 110                                 # fits a terminal
