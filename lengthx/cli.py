@@ -48,9 +48,9 @@ def _non_negative(s: str) -> int:
 
 
 def _seed(s: str) -> int:
-    "A seed torch accepts: an integer in 0 .. 2**63 - 1 (argparse type)."
+    "A seed torch accepts: an integer in 0 .. 2**64 - 1 (argparse type)."
     v = _non_negative(s)
-    if v >= 2 ** 63: raise argparse.ArgumentTypeError(f"must be below 2**63 (got {v})")
+    if v >= 2 ** 64: raise argparse.ArgumentTypeError(f"must be below 2**64 (got {v})")
     return v
 
 

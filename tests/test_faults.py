@@ -464,7 +464,7 @@ def test_seed_range_is_checked_where_it_enters(tmp_path):
     with contextlib.redirect_stderr(err):
         assert main(["train", "--seed", str(2**70), "--steps", "1", "--out", str(tmp_path / "r"), "--quiet"]) == 2
     lines = err.getvalue().strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("lengthx train: error: TrainConfig.seed must be in 0..2**64 - 1"), lines
+    assert len(lines) == 1 and lines[0].startswith("lengthx train: error: --seed must be below 2**64"), lines
 
 
 def test_train_takes_a_preset_name():
