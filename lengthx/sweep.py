@@ -223,7 +223,8 @@ def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[floa
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(lens)); ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([f"{L}\n{L // T}×" for L in lens])
-    lo, hi = min(min(v / c[T] for v in c.values()) for c in curves.values()), max(g.values())
+    ratios = [v / c[T] for c in curves.values() for v in c.values()]   # every drawn point, ×1 at L included
+    lo, hi = min(ratios), max(ratios)
     if hi / lo > 3: ax.set_yscale("log")
     pad = max((hi - lo) * 0.04, 0.005)
     ticks = [t for t in _nice_ticks(lo, hi) if lo - pad <= t <= hi + pad]   # only ticks the panel shows

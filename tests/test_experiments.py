@@ -319,3 +319,20 @@ def test_the_sweep_figure_and_table_from_the_committed_sweep(tmp_path):
     lo64, hi64 = res["rows"]["rope"]["ppl_interval"][64]
     assert f"[{lo64:.1f}–{hi64:.1f}]" in rope and f"×{growth(res['rows']['rope']):.3f}" in rope
     assert max(len(l) for l in table) < 110                                 # fits a terminal
+
+
+def test_the_sweep_figure_shows_every_point_when_perplexity_falls_with_length(tmp_path):
+    "Growth below 1 at the longest length: the panel must still reach ×1 at L and every point between."
+    import matplotlib; matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from lengthx.sweep import plot_sweep
+    rows = {"nope": {"spec": "nope", "ppl": {"32": 32.17, "64": 31.84, "128": 32.14, "256": 31.79}},
+            "alibi": {"spec": "alibi", "ppl": {"32": 28.77, "64": 28.24, "128": 28.26, "256": 28.24}}}
+    res = {"settings": {"train_len": 32, "preset": "tiny", "steps": 30, "protocol": "last_k", "k": 32, "n_windows": 4},
+           "rows": rows}
+    fig = plot_sweep(res, tmp_path / "sweep.png")
+    top = fig.axes[0]
+    lo, hi = top.get_ylim()
+    ys = [y for ln in top.get_lines() if ln.get_label() != "×1: no change" for y in ln.get_ydata()]
+    assert len(ys) == 8 and all(lo <= y <= hi for y in ys), (lo, hi, ys)
+    plt.close(fig)
