@@ -139,3 +139,19 @@ def test_triton_kernel_equals_reference_under_interpreter(spec, causal, shared):
     got = grads_of(lambda: (fused.fused_refine(pe.f[0], s + b, bias, mask, pe.variant, interpret=True), mask), leaves)
     want = grads_of(lambda: (reference_logits(pe, s + b, bias, mask), mask), leaves)
     assert_close_all(got, want, 2e-5)
+
+
+def test_a_subclass_that_rewrites_f_keeps_its_own_forward():
+    "Chapter 41's variants (a conv without the hidden tril, left padding) subclass ScoreConv: the kernel must not stand in for them."
+    from torch.nn import functional as F
+    from lengthx.pe.cdape import CDAPE, ScoreConv
+
+    class InputTrilOnly(ScoreConv):
+        def forward(self, *parts, mask=None):
+            x = torch.cat([p.expand(2, *p.shape[1:]) for p in parts], dim=1)
+            return self.conv2(F.leaky_relu(self.conv1(tril_masked(x, mask)), self.slope))
+
+    pe, s, b, bias, mask, _ = case("cdape:k=3:kerple_log", 2, 4, 12, 12, True, True)
+    f = InputTrilOnly(8, 32, 4, 3); f.load_state_dict(pe.f[0].state_dict())
+    assert fused.fused_refine(f, s + b, bias, mask, pe.variant) is None
+    assert fused.fused_refine(pe.f[0], s + b, bias, mask, pe.variant) is not None

@@ -48,6 +48,9 @@ def timings(mode: str, T: int, B: int, reps: int) -> dict:
     names = ["nope", "kerple", "fire", "dape", "cdape"] if mode == "forward" else ["kerple", "dape", "cdape"]
     models = {n: lengthx_model(SPECS[n], "small", T) for n in names}
     calls = {}
+    if mode == "forward":   # Kerple-log on the path DAPE takes: materialized blocks of queries instead of one fused sdpa
+        models["kerple (chunked path)"] = lengthx_model(SPECS["kerple"], "small", T)
+        models["kerple (chunked path)"].cfg.attn_path = "chunked"
     for n, m in models.items():
         fn = lambda m=m: step(m, idx)
         calls[n] = fn
@@ -72,15 +75,16 @@ m = lengthx_model("dape:kerple_log", "small", int(sys.argv[1]))
 idx = torch.randint(0, 256, (1, int(sys.argv[1])))
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 forward_step(m, idx)
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024)
+print(base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
 def peak_mib(T: int, eager: bool, threads: int) -> float:
-    "Peak resident memory added by one DAPE-Kerple forward at T tokens (MiB), in a fresh process."
+    "Peak resident memory added by one DAPE-Kerple forward at T tokens (MiB, over the model's own), in a fresh process."
     env = {**os.environ, "LENGTHX_FUSED": "off" if eager else "auto"}
     out = subprocess.run([sys.executable, "-c", PEAK, str(T), str(threads)], env=env, capture_output=True, text=True, check=True)
-    return float(out.stdout.strip().splitlines()[-1])
+    base, after = (int(v) for v in out.stdout.split()[-2:])   # KiB (Linux ru_maxrss)
+    return (after - base) / 1024
 
 
 def main():
@@ -89,8 +93,25 @@ def main():
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--peak-len", type=int, default=8192)
+    ap.add_argument("--peak-only", action="store_true", help="measure only the peak memory, into an existing result file")
+    ap.add_argument("--forward-only", action="store_true", help="measure only the forward, into an existing result file")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    if a.forward_only:
+        res = json.load(open(a.out))
+        res["load"]["forward_start"] = load()
+        res["forward"] = {"T": 2048, "B": 1, "times": timings("forward", 2048, 1, a.reps), "limits": limits(2048, 1, "forward")}
+        res["load"]["forward_end"] = load()
+        json.dump(res, open(a.out, "w"), indent=1)
+        print({k: round(v["median_s"], 3) for k, v in res["forward"]["times"].items()})
+        return
+    if a.peak_only:
+        res = json.load(open(a.out))
+        res["peak_mib"] = {"T": a.peak_len, "eager": peak_mib(a.peak_len, True, a.threads), "fused": peak_mib(a.peak_len, False, a.threads)}
+        res["load"]["peak_end"] = load()
+        json.dump(res, open(a.out, "w"), indent=1)
+        print("peak MiB", res["peak_mib"])
+        return
     t0 = time.time()
     fused.cpu_kernel()
     res = {"threads": a.threads, "reps": a.reps, "preset": "small", "machine": platform.processor() or platform.machine(),

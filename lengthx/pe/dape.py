@@ -46,7 +46,7 @@ def channel_mlp(parts: Sequence[Tensor], w1: Sequence[Tensor], b1: Tensor, w2: T
 
 class ScoreMLP(nn.Module):
     "f: a two-layer LeakyReLU MLP over the channel axis of score maps [B, C, Tq, Tk], applied at every (i, j) alone."
-    kernel_layers = ("fc1", "fc2")   # what the fused kernel of chapter 43 reads; None in a subclass that changes `forward`
+    kernel_layers = ("fc1", "fc2")   # what the fused kernel of chapter 43 reads (a subclass that rewrites `forward` runs its own)
     def __init__(self, c_in: int, width: int, c_out: int, slope: float = 0.01):
         super().__init__()
         self.fc1, self.fc2, self.slope = nn.Linear(c_in, width), nn.Linear(width, c_out), slope
