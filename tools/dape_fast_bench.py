@@ -2,6 +2,7 @@
 (LENGTHX_FUSED=off) and FIRE's Toeplitz mask against its dense one, interleaved in one process; write one JSON file.
 
     python tools/dape_fast_bench.py nbs/results/dape_fast_cpu.json [--reps 4] [--threads 2]
+    python tools/dape_fast_bench.py nbs/results/dape_fast_peak_cpu.json --peak-only    # memory at 8,192 tokens
 
 Chapter 43 (`nbs/43_dape_fast.ipynb`) reads the file; it re-runs this script when LENGTHX_FULL=1.
 """
@@ -105,10 +106,10 @@ def main():
         json.dump(res, open(a.out, "w"), indent=1)
         print({k: round(v["median_s"], 3) for k, v in res["forward"]["times"].items()})
         return
-    if a.peak_only:
-        res = json.load(open(a.out))
+    if a.peak_only:   # a file of its own: the peak memory of one DAPE forward at --peak-len, eager f and kernel
+        res = {"threads": a.threads, "load": {"start": load()}, "torch": torch.__version__}
         res["peak_mib"] = {"T": a.peak_len, "eager": peak_mib(a.peak_len, True, a.threads), "fused": peak_mib(a.peak_len, False, a.threads)}
-        res["load"]["peak_end"] = load()
+        res["load"]["end"] = load()
         json.dump(res, open(a.out, "w"), indent=1)
         print("peak MiB", res["peak_mib"])
         return
@@ -120,12 +121,11 @@ def main():
     res["load"]["after_forward"] = load()
     res["train"] = {"T": 512, "B": 8, "times": timings("train", 512, 8, a.reps), "limits": limits(512, 8, "train")}
     res["load"]["after_train"] = load()
-    res["peak_mib"] = {"T": a.peak_len, "eager": peak_mib(a.peak_len, True, a.threads), "fused": peak_mib(a.peak_len, False, a.threads)}
     res["load"]["end"] = load()
     res["seconds"] = time.time() - t0
     json.dump(res, open(a.out, "w"), indent=1)
     print(json.dumps({m: {k: round(v["median_s"], 3) for k, v in res[m]["times"].items()} for m in ("forward", "train")}, indent=1))
-    print("peak MiB", res["peak_mib"], "load", res["load"])
+    print("load", res["load"])
 
 
 if __name__ == "__main__":
