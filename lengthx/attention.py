@@ -18,10 +18,10 @@ from torch import Tensor, nn
 # %% auto #0
 __all__ = ['PATHS', 'CHUNK_AUTO_LEN', 'CHUNK_INFER_LEN', 'CHUNK_TRAIN_LEN', 'MAX_SPEC_DEPTH', 'Positions', 'PEContext', 'PE',
            'WrappedPE', 'causal_mask', 'pick_path', 'consecutive', 'toeplitz_ok', 'offsets_bias_row', 'toeplitz',
-           'KeyReversedMask', 'toeplitz_key_reversed', 'relative_bias_matrix', 'additive_mask', 'attention', 'Opt',
-           'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError', 'unknown_pe_error', 'parse_spec',
-           'canonical_spec', 'build_pe', 'pe_help', 'pe_options_markdown', 'check_paths_agree', 'check_spec',
-           'expand_specs']
+           'KeyReversedMask', 'toeplitz_key_reversed', 'relative_bias_matrix', 'additive_mask', 'toeplitz_block',
+           'attention', 'Opt', 'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError', 'unknown_pe_error',
+           'parse_spec', 'canonical_spec', 'build_pe', 'pe_help', 'pe_options_markdown', 'check_paths_agree',
+           'check_spec', 'expand_specs']
 
 # %% ../nbs/01_attention.ipynb #8cada530
 @dataclass
@@ -132,6 +132,9 @@ class PE(nn.Module):
     def relative_bias(self) -> bool:
         "True when `bias` reads positions only through key − query offsets: then, for consecutive positions, it is Toeplitz."
         return False
+    def toeplitz(self, pos: Positions) -> bool:
+        "True when `bias(pos, pos)` is Toeplitz for these positions: a relative bias on consecutive ones (FIRE: also while every query is below L)."
+        return self.relative_bias and consecutive(pos)
 
     def extra_repr(self) -> str: return f"spec={self.spec!r}"
 
@@ -173,6 +176,9 @@ class WrappedPE(PE):
     def relative_bias(self):
         "The inner PE's, when this wrapper passes its bias through unchanged."
         return getattr(type(self), "bias") is WrappedPE.bias and self.inner.relative_bias
+    def toeplitz(self, pos):
+        "The inner PE's, when this wrapper passes its bias through unchanged."
+        return getattr(type(self), "bias") is WrappedPE.bias and self.inner.toeplitz(pos)
 
 # %% ../nbs/01_attention.ipynb #ddfeb723
 PATHS = ("naive", "sdpa", "flex", "chunked")
@@ -205,8 +211,8 @@ def consecutive(pos: Positions) -> bool:
 
 
 def toeplitz_ok(pe: PE, pos: Positions) -> bool:
-    "True when `pe.bias(pos, pos)` is a Toeplitz matrix: a relative bias on consecutive positions."
-    return pe.uses_bias and pe.relative_bias and consecutive(pos)
+    "True when `pe.bias(pos, pos)` is a Toeplitz matrix: a relative bias on consecutive positions, or a PE that says so for these (`PE.toeplitz`)."
+    return pe.uses_bias and pe.toeplitz(pos)
 
 
 def offsets_bias_row(pe: PE, T: int, layer: int = 0, device=None) -> Tensor:
@@ -325,9 +331,15 @@ def _flex(q, k, v, pe, pos, causal, layer, scale):
         return _flex_fn(q.device)(q, k, v, score_mod=score_mod, scale=scale)
 
 
-def _block_out(q, k, v, pe, pos_q, pos_k, mask, layer, scale):
-    "One query block on the naive path: the output only (what a recomputing backward needs to redo)."
-    return _naive(q, k, v, pe, pos_q, pos_k, mask, layer, None, scale)[0]
+def toeplitz_block(row: Tensor, T: int, start: int, end: int, kend: int) -> Tensor:
+    "Queries start..end−1 against keys 0..kend−1 of the Toeplitz matrix of `row` [..., 2T−1] (B[i, j] = row[T−1 + j − i]): one block's bias."
+    return row.unfold(-1, kend, 1)[..., T - end:T - start, :].flip(-2)   # window w = T−1−i holds query i's keys
+
+
+def _block_out(q, k, v, pe, pos_q, pos_k, mask, layer, scale, row=None, start=0):
+    "One query block on the naive path: the output only (what a recomputing backward needs to redo); a Toeplitz bias is cut from its `row`."
+    bias = None if row is None else toeplitz_block(row, (row.shape[-1] + 1) // 2, start, start + q.shape[2], k.shape[2])
+    return _naive(q, k, v, pe, pos_q, pos_k, mask, layer, bias, scale)[0]
 
 
 def _needs_grad(pe: PE, *ts: Tensor) -> bool:
@@ -340,11 +352,13 @@ def _chunked(q, k, v, pe, pos, causal, layer, scale, block):
     from torch.utils.checkpoint import checkpoint
     T, outs = q.shape[2], []
     recompute = _needs_grad(pe, q, k, v)
+    toep = toeplitz_ok(pe, pos) and k.shape[2] == T   # every block's bias from one row of 2T−1 offsets, not the formula per block
+    row = offsets_bias_row(pe, T, layer, q.device) if toep else None
     for start in range(0, T, block):
         end = min(start + block, T)
         kend = end if causal else k.shape[2]
         mask = causal_mask(end - start, kend, q.device, start) if causal else None
-        args = (q[:, :, start:end], k[:, :, :kend], v[:, :, :kend], pe, pos[start:end], pos[:kend], mask, layer, scale)
+        args = (q[:, :, start:end], k[:, :, :kend], v[:, :, :kend], pe, pos[start:end], pos[:kend], mask, layer, scale, row, start)
         outs.append(checkpoint(_block_out, *args, use_reentrant=False) if recompute else _block_out(*args))
     return torch.cat(outs, dim=2)
 

@@ -117,3 +117,30 @@ def test_model_training_gradients_equal_with_the_mlp_bias():
     assert grads[0].keys() == grads[1].keys() and any("pe." in n for n in grads[0])
     for n in grads[0]:
         assert torch.allclose(grads[0][n], grads[1][n], rtol=1e-4, atol=1e-6), n
+
+
+def test_fire_mask_is_a_toeplitz_view_below_L_and_equal_to_the_dense_one():
+    "Every query below L: sdpa reads a strided view of 2T−1 numbers per head; outputs and all gradients equal the dense mask's."
+    from lengthx.attention import KeyReversedMask, additive_mask, attention
+    from lengthx.pe.fire import FirePE
+    torch.manual_seed(0)
+    T, H = 40, 4
+    pe = build_pe("fire", n_heads=H, head_dim=8, max_len=T).double()
+    pos = Positions.arange(2, T)
+    m = additive_mask(pe, pos, reversed_keys=True)
+    assert isinstance(m, KeyReversedMask) and m.view.untyped_storage().nbytes() == H * (2 * T - 1) * 4
+    assert not isinstance(additive_mask(pe, Positions.arange(2, T, offset=T), reversed_keys=True), KeyReversedMask)  # past L
+    q, k, v = (torch.randn(2, H, T, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    def run():
+        leaves = [q, k, v, *pe.parameters()]
+        for t in leaves: t.grad = None
+        out = attention(q, k, v, pe, pos, path="sdpa")
+        (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)).sum().backward()
+        return [out.detach()] + [t.grad.clone() for t in leaves]
+    view = run()
+    orig = FirePE.toeplitz
+    FirePE.toeplitz = lambda self, pos: False
+    try: dense = run()
+    finally: FirePE.toeplitz = orig
+    assert pe.toeplitz(pos) and len(view) == 4 + len(list(pe.parameters()))
+    for a, b in zip(view, dense): assert (a - b).abs().max() <= 1e-10 * b.abs().max().clamp(min=1.0)

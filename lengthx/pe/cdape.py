@@ -82,6 +82,7 @@ def key_shift_sum(y: Tensor, bias: Optional[Tensor] = None) -> Tensor:
 
 class ScoreConv(nn.Module):
     "CDAPE's f: Conv(1×k) → LeakyReLU → Conv(1×k) over score maps [B, C, Tq, Tk], along keys only, on the masked (tril) map."
+    kernel_layers = ("conv1", "conv2")   # what the fused kernel of chapter 43 reads
     def __init__(self, c_in: int, width: int, c_out: int, k: int = 3, slope: float = 0.01):
         super().__init__()
         if k < 1 or k % 2 == 0: raise ValueError(f"CDAPE needs an odd kernel size k >= 1 (padding k//2 keeps the length), got {k}")

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from ..attention import PE, PEContext, WrappedPE, register_pe
 from .fire import FirePE
+from .fused import fused_refine
 
 # %% auto #0
 __all__ = ['DAPE_VARIANTS', 'DAPE_FIRE_SLOPE', 'channel_matmul', 'channel_mlp', 'ScoreMLP', 'dape_logits', 'leaky_fire', 'DAPE',
@@ -46,6 +47,7 @@ def channel_mlp(parts: Sequence[Tensor], w1: Sequence[Tensor], b1: Tensor, w2: T
 
 class ScoreMLP(nn.Module):
     "f: a two-layer LeakyReLU MLP over the channel axis of score maps [B, C, Tq, Tk], applied at every (i, j) alone."
+    kernel_layers = ("fc1", "fc2")   # what the fused kernel of chapter 43 reads (a subclass that rewrites `forward` runs its own)
     def __init__(self, c_in: int, width: int, c_out: int, slope: float = 0.01):
         super().__init__()
         self.fc1, self.fc2, self.slope = nn.Linear(c_in, width), nn.Linear(width, c_out), slope
@@ -121,8 +123,10 @@ class DAPE(WrappedPE):
         return None if bias is None else _as_batched(bias, scores)
 
     def refine(self, scores: Tensor, bias: Optional[Tensor], mask: Optional[Tensor], layer: int = 0) -> Tensor:
-        "A_RPE = S + B in, DAPE logits out (the variant's equation), before the causal mask."
+        "A_RPE = S + B in, DAPE logits out (the variant's equation), before the causal mask; by the fused kernel (chapter 43) where it runs, −inf where `mask` hides a key."
         f, b = self._f(layer), self._bias(scores, bias)
+        fused = fused_refine(f, scores, b, mask, self.variant)
+        if fused is not None: return fused
         if b is None or self.variant == "add_residual": return scores + f(scores, mask=mask)
         s = scores - b
         out = f(s, b, mask=mask)

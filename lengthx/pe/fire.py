@@ -171,6 +171,11 @@ class FirePE(PE):
         "The MLP input ψ(i − j)/ψ(max(i, L)) for query positions i and key positions j (broadcast)."
         return fire_normalized_distance(i, j, self.c, self.L, self.eps)
 
+    def toeplitz(self, pos: Positions) -> bool:
+        "Toeplitz while every query lies below L (one normalizer ψ(L) for all): then sdpa's mask is a view of 2T−1 numbers, not [H, T, T]."
+        t = shared_rows(pos.token)
+        return toeplitz_rows(t, t, self.L) == pos.shape[1]
+
     def bias(self, pos_q: Positions, pos_k: Positions, layer: int = 0) -> Tensor:
         "b_h(i, j) from f_θ's linear pieces, queries below L laid out from one row of offsets (the MLP itself for other activations)."
         slope = self.activation_slope()
