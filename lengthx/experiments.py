@@ -5,9 +5,9 @@
 # %% auto #0
 __all__ = ['EXTRA', 'CORE', 'BASELINES', 'LM', 'UNIT', 'RUNNERS', 'ASSUMED_TFLOPS', 'unit_settings', 'default_out', 'Context',
            'Partial', 'train_lm', 'ppl_table', 'delta_ps', 'lm_row', 'lm_rows', 'unit_protocols', 'unit_position',
-           'unit_che', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'unit_peers', 'run_tag', 'result_path',
-           'is_result', 'check_lm_specs', 'reproduce', 'lm_train_flops', 'flop_text', 'duration_text', 'estimate_table',
-           'experiments_view', 'cost_view']
+           'unit_che', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'unit_peers', 'unit_dape_fast', 'run_tag',
+           'result_path', 'is_result', 'check_lm_specs', 'reproduce', 'lm_train_flops', 'flop_text', 'duration_text',
+           'estimate_table', 'experiments_view', 'cost_view']
 
 # %% ../nbs/72_reproduce.ipynb #b431fc37
 import json
@@ -24,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 from .attention import pe_examples
-from .bench import bench_attention, bench_model, bench_peers, growth_exponent, long_eval_rows, matmul_peak_gflops
+from .bench import bench_attention, bench_model, bench_peers, dape_fast_measure, growth_exponent, long_eval_rows, matmul_peak_gflops
 from .data import CORPORA, check_corpus, corpus_info, corpus_split, exclusive_lock
 from .evaluate import PROTOCOL, perplexity, position_losses
 from .model import GPTConfig, check_model_spec, flops_per_token
@@ -78,7 +78,8 @@ UNIT = {
         sweep=dict(pes=["nope", "rope"], budget=dict(preset="tiny", train_len=16, steps=4, batch_size=4, lr=3e-3, warmup=1),
                    protocol=dict(n_windows=4, max_factor=4)),
         peers=dict(pes=["nope", "rope", "alibi", "learned"], shape="tiny", forward=[32, 1], train=[16, 2], reps=1,
-                   threads=1, matmul_n=256)),
+                   threads=1, matmul_n=256),
+        dape_fast=dict(reps=1, threads=1, peak_len=256, shape="tiny", forward=[64, 1], train=[32, 2])),
     "cpu": dict(
         che=dict(tasks=["even_pairs", "parity_check", "reverse_string", "stack_manipulation", "missing_duplicate_string",
                         "bucket_sort"], pes=["nope", "learned", "rope", "alibi", "kerple_log", "fire", "dape:kerple_log"],
@@ -97,7 +98,8 @@ UNIT = {
                   long=dict(preset="tiny", pes="default", lengths=[1024, 2048, 4096, 8192, 16384])),
         sweep=dict(pes="default", budget="quick", protocol=dict(n_windows=256)),   # 256 windows: a stable ranking (chapter 53)
         peers=dict(pes=["nope", "rope", "alibi", "learned"], shape="small", forward=[2048, 1], train=[512, 8], reps=7,
-                   threads=2, matmul_n=2048)),   # lengthx against x-transformers and HF (chapter 71)
+                   threads=2, matmul_n=2048),
+        dape_fast=dict(reps=3, threads=2, peak_len=8192, shape="small", forward=[2048, 1], train=[512, 8])),   # lengthx against x-transformers and HF (chapter 71)
 }
 UNIT["colab"] = {**UNIT["cpu"], "sweep": dict(pes="default", budget="colab", protocol=dict(n_windows=256)),
                  "cost": {**UNIT["cpu"]["cost"], "attention": [[s, ["sdpa", "flex", "chunked"], [2048, 8192, 32768]]
@@ -357,9 +359,14 @@ def unit_peers(ctx: Context, S: dict, part: Partial) -> dict:
             "threads": S["threads"], "reps": S["reps"], "forward": f["forward"], "train": f["train"], "matmul": peak}
 
 
+def unit_dape_fast(ctx: Context, S: dict, part: Partial) -> dict:
+    "Chapter 43's measurement of the fused refine kernel (`lengthx.bench.dape_fast_measure`)."
+    return dape_fast_measure(**S)
+
+
 RUNNERS = {"main": lm_rows, "seeds": lm_rows, "cdape": lm_rows, "baselines": lm_rows, "protocols": unit_protocols, "position": unit_position,
            "che": unit_che, "recall": unit_recall, "cot": unit_cot, "cost": unit_cost, "sweep": unit_sweep,
-           "peers": unit_peers}
+           "peers": unit_peers, "dape_fast": unit_dape_fast}
 
 # %% ../nbs/72_reproduce.ipynb #d1143e03
 def run_tag(budget: str, seed: int = 0, corpus: str = "stdlib") -> str:
