@@ -18,13 +18,14 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .attention import PE, build_pe, pick_path
+from .pe import fused
 
 # %% auto #0
 __all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'PROTOCOL', 'check_protocol_args', 'last_k_windows', 'nonoverlap_windows',
            'sliding_windows', 'protocol_windows', 'window_losses', 'parse_bytes', 'format_bytes', 'available_memory',
-           'memory_budget', 'estimate_eval_memory', 'estimate_train_memory', 'EvalPlan', 'plan_eval', 'perplexity',
-           'window_ppl_interval', 'position_losses', 'ppl_curve', 'eval_lengths', 'plot_ppl', 'Protocol',
-           'check_protocol', 'check_lengths']
+           'memory_budget', 'fused_refine_runs', 'estimate_eval_memory', 'estimate_train_memory', 'EvalPlan',
+           'plan_eval', 'perplexity', 'window_ppl_interval', 'position_losses', 'ppl_curve', 'eval_lengths', 'plot_ppl',
+           'Protocol', 'check_protocol', 'check_lengths']
 
 # %% ../nbs/53_evaluate.ipynb #12c3b9d5
 PROTOCOLS = ("last_k", "nonoverlap", "sliding")
@@ -180,6 +181,13 @@ def _pe_of(model_or_cfg):
                     max_len=c.max_len, sep_ids=c.sep_ids)
 
 
+def fused_refine_runs(device) -> bool:
+    "Whether DAPE/CDAPE's refine takes the fused kernel on `device` (so its hidden map is never written to memory)."
+    if not fused.kernel_enabled(): return False
+    if device.type == "cuda": return fused.triton is not None
+    return device.type == "cpu" and "error" not in fused.build_info()
+
+
 def estimate_eval_memory(model_or_cfg, length: int, *, batch: int = 1, path: str = "auto", device=None,
                          block: int = 256) -> int:
     "Estimated peak bytes of one no-grad forward of `batch` windows of `length` on attention `path` (float32)."
@@ -196,7 +204,8 @@ def estimate_eval_memory(model_or_cfg, length: int, *, batch: int = 1, path: str
         n = B * H * tq * T
         scores = 3 * n + (H * tq * T if pe.uses_bias else 0) + tq * T
         if pe.uses_logits: scores += 2 * n
-        if pe.uses_refine: scores += B * tq * T * (4 * H + 3 * getattr(pe, "width", 32))
+        if pe.uses_refine:   # the fused kernel (chapter 43) writes only the refined logits; the eager form f's maps too
+            scores += B * tq * T * (H if fused_refine_runs(device) else 4 * H + 3 * getattr(pe, "width", 32))
     elif path == "sdpa":
         scores = (2 * H * T * T + B * H * T * T) if pe.uses_bias and not pe.relative_bias else 2 * H * T if pe.uses_bias else 0
     else:  # flex: nothing T×T unless the PE's score_mod indexes a materialized bias
