@@ -73,8 +73,13 @@ def load_pretrained(name_or_path: str = SMOLLM2, dtype: torch.dtype = torch.floa
     folder, gguf = weights_location(name_or_path)
     tf = require_transformers()
     kw = dict(local_files_only=True, **({"gguf_file": gguf} if gguf else {}))
-    tok = tf.AutoTokenizer.from_pretrained(folder, **kw)
-    model = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kw).to(device).eval()
+    bars = tf.utils.logging.is_progress_bar_enabled()
+    tf.utils.logging.disable_progress_bar()   # de-quantizing a GGUF file draws one; a chapter's output should not
+    try:
+        tok = tf.AutoTokenizer.from_pretrained(folder, **kw)
+        model = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kw).to(device).eval()
+    finally:
+        if bars: tf.utils.logging.enable_progress_bar()
     return model, tok
 
 # %% ../nbs/13_pretrained.ipynb #883c152c
@@ -249,14 +254,14 @@ def _attend_cached(q: Tensor, k: Tensor, v: Tensor, pe: RoPE, block: int = 256) 
     "Queries at the last Tq of Tk positions (decoding with a cache): lengthx's rotation and logits, blocks of queries."
     B, Tq, Tk = q.shape[0], q.shape[2], k.shape[2]
     pos_k = Positions.arange(B, Tk, q.device)
-    if pe.uses_rotate: (tk,) = pe.tables_for(pos_k, k.dtype); k = apply_rotary(k, tk)
+    if pe.uses_rotate:   # the PE's own rotate hook, on queries placed at their positions among the Tk
+        q = pe.rotate(torch.cat([q.new_zeros(*q.shape[:2], Tk - Tq, q.shape[-1]), q], dim=2), k, pos_k)[0][:, :, Tk - Tq:]
+        k = pe.rotate(k, k, pos_k)[1]
     outs = []
     for s in range(0, Tq, block):
         e = min(s + block, Tq)
         pos_q = Positions.arange(B, e - s, q.device, offset=Tk - Tq + s)
-        qb = q[:, :, s:e]
-        if pe.uses_rotate: (tq,) = pe.tables_for(pos_q, q.dtype); qb = apply_rotary(qb, tq)
-        scores = pe.logits(qb, k, pos_q, pos_k, 1.0 / math.sqrt(q.shape[-1]))
+        scores = pe.logits(q[:, :, s:e], k, pos_q, pos_k, 1.0 / math.sqrt(q.shape[-1]))
         scores = scores.masked_fill(~causal_mask(e - s, Tk, q.device, Tk - Tq + s), float("-inf"))
         outs.append(scores.float().softmax(-1).to(v.dtype) @ v)
     return torch.cat(outs, dim=2)
