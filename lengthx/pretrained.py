@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib.util
 import math
 import os
@@ -21,9 +22,12 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .attention import PE, Positions, attention, build_pe, causal_mask, parse_spec
+from tqdm.auto import tqdm
+
+from .attention import Positions, attention, build_pe, causal_mask, parse_spec
+from .data import decode_utf8, stdlib_files
 from .evaluate import format_bytes, protocol_windows
-from .pe.rotary import RoPE, apply_rotary
+from .pe.rotary import RoPE
 
 # %% auto #0
 __all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'PASSKEY_INTRO', 'PASSKEY_FILLER', 'PASSKEY_QUESTION',
@@ -185,7 +189,6 @@ def _hf(model):
 
 def document_tokens(tok, n_tokens: int, split: str = "test", exclude: Sequence[str] = ("encodings",)) -> Tensor:
     "At least `n_tokens` tokens of the stdlib corpus (`split`, files in corpus order, none under a folder in `exclude`: codec tables are generated data), joined by the end-of-text id."
-    from lengthx.data import decode_utf8, stdlib_files
     eos = tok.eos_token_id if tok.eos_token_id is not None else 0
     ids: list[int] = []
     for f in stdlib_files(split=split):
@@ -369,7 +372,6 @@ def hf_rope_parameters(spec: str, facts: RotaryFacts) -> dict:
 
 def hf_twin(model, spec: str):
     "A second model with the same weights whose config asks Hugging Face itself for `spec`'s rope type."
-    import copy
     facts = rotary_facts(model)
     cfg = copy.deepcopy(model.config)
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
@@ -454,7 +456,6 @@ def passkey_grid(model, tok, lengths: Sequence[int], depths: Sequence[float], tr
 
 def _bar(items, progress: bool, desc: str):
     if not progress: return items
-    from tqdm.auto import tqdm
     return tqdm(items, desc=desc, leave=False)
 
 # %% ../nbs/13_pretrained.ipynb #04253c4f
