@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
+import io
 import math
 import os
 import random
@@ -78,10 +79,12 @@ def load_pretrained(name_or_path: str = SMOLLM2, dtype: torch.dtype = torch.floa
     tf = require_transformers()
     kw = dict(local_files_only=True, **({"gguf_file": gguf} if gguf else {}))
     bars = tf.utils.logging.is_progress_bar_enabled()
-    tf.utils.logging.disable_progress_bar()   # de-quantizing a GGUF file draws one; a chapter's output should not
+    tf.utils.logging.disable_progress_bar()
+    quiet = contextlib.redirect_stderr(io.StringIO()) if gguf else contextlib.nullcontext()   # GGUF de-quantizing draws its own bar
     try:
-        tok = tf.AutoTokenizer.from_pretrained(folder, **kw)
-        model = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kw).to(device).eval()
+        with quiet:
+            tok = tf.AutoTokenizer.from_pretrained(folder, **kw)
+            model = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kw).to(device).eval()
     finally:
         if bars: tf.utils.logging.enable_progress_bar()
     return model, tok
