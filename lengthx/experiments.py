@@ -5,9 +5,9 @@
 # %% auto #0
 __all__ = ['EXTRA', 'CORE', 'BASELINES', 'LM', 'UNIT', 'RUNNERS', 'ASSUMED_TFLOPS', 'unit_settings', 'default_out', 'Context',
            'Partial', 'train_lm', 'ppl_table', 'delta_ps', 'lm_row', 'lm_rows', 'unit_protocols', 'unit_position',
-           'unit_che', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'unit_peers', 'unit_dape_fast', 'run_tag',
-           'result_path', 'is_result', 'check_lm_specs', 'reproduce', 'lm_train_flops', 'flop_text', 'duration_text',
-           'estimate_table', 'experiments_view', 'cost_view']
+           'unit_che', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'unit_peers', 'unit_pretrained',
+           'unit_dape_fast', 'run_tag', 'result_path', 'is_result', 'check_lm_specs', 'reproduce', 'lm_train_flops',
+           'flop_text', 'duration_text', 'estimate_table', 'experiments_view', 'cost_view']
 
 # %% ../nbs/72_reproduce.ipynb #b431fc37
 import json
@@ -30,6 +30,7 @@ from .evaluate import PROTOCOL, perplexity, position_losses
 from .model import GPTConfig, check_model_spec, flops_per_token
 from .pe.cdape import delta_p
 from .pe.window import with_window
+from .pretrained import PRETRAINED_SETTINGS, pretrained_grid
 from .recall import cot_experiment, recall_experiment
 from .results import (BUDGET_NAMES, SCHEMA, UNITS, check_clean, committed_results, device_of, is_result,
                              lengthx_checkout, load_results, pick, provenance_line, read_results, result_dirs,
@@ -129,6 +130,7 @@ def unit_settings(unit: str, budget: str, *, seed: int = 0, corpus: str = "stdli
     if unit == "position":
         return {**lm, "specs": _SMALL["position"] if small else ["kerple_log", "alibi", "t5"], "seeds": [seed],
                 "windowed": "kerple_log"}
+    if unit == "pretrained": return dict(PRETRAINED_SETTINGS["smoke" if small else "cpu" if budget == "cpu" else "gpu"])
     if unit == "baselines": return {**lm, "specs": _SMALL["baselines"] if small else BASELINES, "seeds": [seed]}
     if unit == "cdape":
         return {**lm, "specs": [f"cdape:k={k}:kerple_log" for k in (_SMALL["cdape_k"] if small else [1, 3, 5, 7])],
@@ -359,6 +361,11 @@ def unit_peers(ctx: Context, S: dict, part: Partial) -> dict:
             "threads": S["threads"], "reps": S["reps"], "forward": f["forward"], "train": f["train"], "matmul": peak}
 
 
+def unit_pretrained(ctx: Context, S: dict, part: Partial) -> dict:
+    "Every rotary extension applied to a pretrained model: perplexity and passkey past its context (`lengthx.pretrained.pretrained_grid`)."
+    return pretrained_grid(S, progress=ctx.progress)
+
+
 def unit_dape_fast(ctx: Context, S: dict, part: Partial) -> dict:
     "Chapter 43's measurement of the fused refine kernel (`lengthx.bench.dape_fast_measure`)."
     return dape_fast_measure(**S)
@@ -366,7 +373,7 @@ def unit_dape_fast(ctx: Context, S: dict, part: Partial) -> dict:
 
 RUNNERS = {"main": lm_rows, "seeds": lm_rows, "cdape": lm_rows, "baselines": lm_rows, "protocols": unit_protocols, "position": unit_position,
            "che": unit_che, "recall": unit_recall, "cot": unit_cot, "cost": unit_cost, "sweep": unit_sweep,
-           "peers": unit_peers, "dape_fast": unit_dape_fast}
+           "peers": unit_peers, "dape_fast": unit_dape_fast, "pretrained": unit_pretrained}
 
 # %% ../nbs/72_reproduce.ipynb #d1143e03
 def run_tag(budget: str, seed: int = 0, corpus: str = "stdlib") -> str:
