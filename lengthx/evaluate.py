@@ -223,7 +223,6 @@ def _n_params(cfg, pe) -> int:
 def estimate_train_memory(model_or_cfg, length: int, *, batch: int = 1, path: str = "auto", device=None,
                           block: int = 256) -> int:
     "Estimated peak bytes of one training step (float32): the forward's peak, gradients and AdamW's two moments, what backward keeps."
-    from lengthx.attention import pick_path
     cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
     _int_arg("length", length, 1); _int_arg("batch", batch, 1)
     pe, device = _pe_of(model_or_cfg), torch.device(device or "cpu")
