@@ -223,7 +223,7 @@ def test_committed_results_are_downloaded_for_a_run_without_a_checkout(tmp_path,
         return io.BytesIO(served[name])
     monkeypatch.setattr(urllib.request, "urlopen", urlopen)
     d = results.committed_results(tmp_path / "cache")
-    assert sorted(p.name for p in d.glob("*.json")) == sorted(n for n in served if n.split("_")[0] in X.UNITS)
+    assert sorted(p.name for p in d.glob("*.json")) == sorted(n for n in served if n.rsplit("_", 1)[0] in X.UNITS)
     assert X.pick(X.load_results([d]), "main", "cpu") is not None
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path))
