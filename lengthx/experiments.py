@@ -362,8 +362,8 @@ def unit_peers(ctx: Context, S: dict, part: Partial) -> dict:
 
 
 def unit_pretrained(ctx: Context, S: dict, part: Partial) -> dict:
-    "Every rotary extension applied to a pretrained model: perplexity and passkey past its context (`lengthx.pretrained.pretrained_grid`)."
-    return pretrained_grid(S, progress=ctx.progress)
+    "Every rotary extension applied to a pretrained model: perplexity and passkey past its context (`lengthx.pretrained.pretrained_grid`), resumable row by row."
+    return pretrained_grid(S, progress=ctx.progress, step=part.get)
 
 
 def unit_dape_fast(ctx: Context, S: dict, part: Partial) -> dict:

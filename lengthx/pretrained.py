@@ -36,7 +36,8 @@ __all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'PASSKEY_INT
            'rotary_facts', 'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens', 'scored_losses', 'lm_perplexity',
            'model_spec', 'rotary_pe', 'half_to_interleaved', 'lengthx_attention', 'IdentityRotary', 'Extension',
            'extend', 'hf_rope_parameters', 'hf_twin', 'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial',
-           'greedy_answer', 'passkey_grid', 'ppl_row', 'passkey_row', 'pretrained_grid', 'finetune', 'grid_curves']
+           'greedy_answer', 'passkey_grid', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid',
+           'finetune', 'grid_curves']
 
 # %% ../nbs/13_pretrained.ipynb #2e54b631
 SMOLLM2 = "smollm2-135m"
@@ -462,17 +463,20 @@ def _bar(items, progress: bool, desc: str):
     return tqdm(items, desc=desc, leave=False)
 
 # %% ../nbs/13_pretrained.ipynb #04253c4f
-_BASE_METHODS = ["rope", "rope:pi=4", "rope:ntk=4", "rope:dynamic=1", "yarn:s=4", "llama3:s=4", "longrope:s=4", "rerope"]
+_BASE_METHODS = ["rope", "rope:pi=4", "rope:ntk=4", "rope:dynamic=1", "yarn:s=4", "llama3:s=4", "longrope:s=4", "rerope",
+                 "self_extend:g=4:w=1024"]
+_CHUNKED = ("rerope", "self_extend:g=4:w=1024")   # they change the logits, so they run on the chunked path: slow on a CPU
 PRETRAINED_SETTINGS = {
     "smoke": dict(model=SMOLLM2, split="test", train_len=8192, lengths=[256, 512], k=64, n_windows=1, seed=0,
-                  methods=["rope", "rope:pi=2", "yarn:s=2", "rerope:w=64"],
+                  methods=["rope", "rope:pi=2", "yarn:s=2", "rerope:w=64", "self_extend:g=2:w=64"],
+                  caps={"self_extend:g=2:w=64": 256}, cut=dict(length=512, layers=1),
                   passkey=dict(methods=["rope"], lengths=[256], depths=[0.5], trials=1)),
     "cpu": dict(model=SMOLLM2, split="test", train_len=8192, lengths=[8192, 16384, 32768], k=512, n_windows=1, seed=0,
-                methods=_BASE_METHODS,
+                methods=_BASE_METHODS, caps={s: 16384 for s in _CHUNKED}, cut=dict(length=32768, layers=2),
                 passkey=dict(methods=["rope", "yarn:s=4", "rope:dynamic=1"], lengths=[4096, 16384], depths=[0.1, 0.5, 0.9],
                              trials=1)),
     "gpu": dict(model=SMOLLM2, split="test", train_len=8192, lengths=[8192, 16384, 32768, 65536], k=512, n_windows=4,
-                seed=0, methods=_BASE_METHODS,
+                seed=0, methods=_BASE_METHODS, caps={},
                 passkey=dict(methods=_BASE_METHODS, lengths=[2048, 4096, 8192, 16384, 32768], depths=[0, 0.25, 0.5, 0.75, 1],
                              trials=5)),
 }
@@ -500,19 +504,48 @@ def passkey_row(model, tok, spec: str, lengths: Sequence[int], depths: Sequence[
     return {**out, "seconds": round(time.perf_counter() - t, 2), "peak_bytes": mem.peak}
 
 
-def pretrained_grid(settings: dict, progress: bool = True, *, loaded=None) -> dict:
-    "Perplexity at L, 2L, 4L… and passkey retrieval for each rotary method on a pretrained model (`loaded`: (model, tok))."
-    S = settings
+@contextlib.contextmanager
+def first_layers(model, n: int):
+    "The model cut to its first `n` decoder layers for the duration (to time one layer's attention at a length)."
+    inner = _hf(model).model
+    layers, count = inner.layers, inner.config.num_hidden_layers
+    if not 1 <= n <= len(layers): raise ValueError(f"the model has {len(layers)} layers; cannot keep {n}")
+    inner.layers, inner.config.num_hidden_layers = layers[:n], n
+    try: yield model
+    finally: inner.layers, inner.config.num_hidden_layers = layers, count
+
+
+def cut_row(model, tokens: Tensor, spec: str, length: int, layers: int) -> dict:
+    "Seconds and peak bytes of one forward at `length` through the first `layers` layers, the model extended by `spec`."
+    with first_layers(model, layers):
+        row = ppl_row(model, tokens, spec, [length], k=1, n_windows=1, anchor=length)
+    return {"seconds": row["seconds"][str(length)], "peak_bytes": row["peak_bytes"][str(length)]}
+
+
+def pretrained_grid(settings: dict, progress: bool = True, *, loaded=None, step=None) -> dict:
+    """Perplexity at L, 2L, 4L… and passkey retrieval for each rotary method on a pretrained model (`loaded`: (model, tok)).
+
+    `step(key, fn)` runs or recalls each row (a resumable run keeps finished rows); `caps` stops a method at a length."""
+    S, step = settings, step or (lambda key, fn: fn())
     model, tok = loaded if loaded is not None else load_pretrained(S["model"])
-    anchor = max(S["lengths"])
+    anchor, caps = max(S["lengths"]), S.get("caps", {})
     tokens = document_tokens(tok, anchor + 1, S["split"])
-    ppl = {spec: ppl_row(model, tokens, spec, S["lengths"], k=S["k"], n_windows=S["n_windows"], anchor=anchor)
+    ppl = {spec: step(f"ppl|{spec}", lambda spec=spec: ppl_row(
+               model, tokens, spec, [L for L in S["lengths"] if L <= caps.get(spec, anchor)],
+               k=S["k"], n_windows=S["n_windows"], anchor=anchor))
            for spec in _bar(S["methods"], progress, "perplexity")}
     P = S["passkey"]
-    keys = {spec: passkey_row(model, tok, spec, P["lengths"], P["depths"], P["trials"], S["seed"])
+    keys = {spec: step(f"passkey|{spec}", lambda spec=spec: passkey_row(
+                model, tok, spec, P["lengths"], P["depths"], P["trials"], S["seed"]))
             for spec in _bar(P["methods"], progress, "passkey")}
-    return {"model": S["model"], "train_len": S["train_len"], "rotary": vars(rotary_facts(model)), "ppl": ppl,
-            "passkey": keys}
+    out = {"model": S["model"], "train_len": S["train_len"], "rotary": vars(rotary_facts(model)), "caps": caps,
+           "ppl": ppl, "passkey": keys}
+    if "cut" in S:   # the attention-changing method at the longest length, through a few layers: its time and memory
+        C = S["cut"]
+        out["rerope_cut"] = {"length": C["length"], "layers": C["layers"], **{
+            spec: step(f"cut|{spec}", lambda spec=spec: cut_row(model, tokens, spec, C["length"], C["layers"]))
+            for spec in ("rope", "rerope")}}
+    return out
 
 # %% ../nbs/13_pretrained.ipynb #959d9566
 def finetune(model, tokens: Tensor, length: int, spec: str = "rope:pi=2", *, steps: int = 1, lr: float = 2e-5,

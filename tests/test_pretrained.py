@@ -144,3 +144,28 @@ def test_smollm2_perplexity_in_band():
     ppl = lm_perplexity(model, tokens, 512, protocol="nonoverlap")
     assert 15.5 < ppl < 16.5, ppl   # 16.03 measured; the band allows other BLAS libraries and thread counts, not a broken model
     with extend(model, "rope"): assert math.isclose(lm_perplexity(model, tokens, 512, protocol="nonoverlap"), ppl, rel_tol=1e-4)
+
+
+class _EosTok(_DigitTok):
+    eos_token_id = 1
+
+
+def test_grid_caps_resumes_and_cuts(tiny):
+    "pretrained_grid: a capped method stops at its cap, a resumed run recalls every row, the cut row restores the layers."
+    from lengthx.pretrained import first_layers, pretrained_grid
+    S = dict(model="tiny", split="test", train_len=L, lengths=[16, 32], k=8, n_windows=1, seed=0,
+             methods=["rope", "rerope:w=4"], caps={"rerope:w=4": 16}, cut=dict(length=32, layers=1),
+             passkey=dict(methods=["rope"], lengths=[400], depths=[0.5], trials=1))
+    kept = {}
+    def step(key, fn):
+        if key not in kept: kept[key] = fn()
+        return kept[key]
+    g = pretrained_grid(S, progress=False, loaded=(tiny, _EosTok()), step=step)
+    assert sorted(g["ppl"]["rope"]["ppl"]) == ["16", "32"] and sorted(g["ppl"]["rerope:w=4"]["ppl"]) == ["16"]
+    assert set(kept) == {"ppl|rope", "ppl|rerope:w=4", "passkey|rope", "cut|rope", "cut|rerope"}
+    assert g["rerope_cut"]["layers"] == 1 and set(g["rerope_cut"]["rerope"]) == {"seconds", "peak_bytes"}
+    assert len(tiny.model.layers) == tiny.config.num_hidden_layers == 2   # the cut model was restored
+    def no_work(key, fn): return kept[key]   # a resumed run makes nothing anew
+    assert pretrained_grid(S, progress=False, loaded=(tiny, _EosTok()), step=no_work) == g
+    with pytest.raises(ValueError, match="cannot keep 3"):
+        with first_layers(tiny, 3): pass
