@@ -28,9 +28,10 @@ from .pe.random import randomized_positions
 from .results import provenance
 
 # %% auto #0
-__all__ = ['MOD', 'ARITH', 'MAB_SYMBOLS', 'EQ_SYMBOLS', 'AB', 'BITS', 'ENDED', 'Task', 'evaluate_mod', 'bracket_expression',
-           'add_bits', 'che_tasks', 'encoder_batch', 'che_spec', 'CHEConfig', 'che_loss', 'masked_accuracy',
-           'che_positions', 'train_che', 'eval_che', 'run_che', 'run_che_grid', 'che_table']
+__all__ = ['MOD', 'ARITH', 'MAB_SYMBOLS', 'EQ_SYMBOLS', 'AB', 'BITS', 'ENDED', 'LEARNED', 'Task', 'evaluate_mod',
+           'bracket_expression', 'add_bits', 'che_tasks', 'encoder_batch', 'che_spec', 'CHEConfig', 'che_loss',
+           'masked_accuracy', 'che_positions', 'train_che', 'eval_che', 'run_che', 'run_che_grid', 'learned',
+           'che_table']
 
 # %% ../nbs/60_che.ipynb #479d2898
 def _py_rng(generator: Optional[torch.Generator]) -> random.Random:
@@ -446,17 +447,26 @@ class CHEConfig:
     warmup: int = 100
     grad_clip: float = 1.0
     eval_batch: int = 64             # strings per test length
+    ind_lens: tuple = ()             # in-distribution check lengths; () = a quarter, half, three quarters, all of train_max_len
     seed: int = 0
     device: str = "auto"
 
     def __post_init__(self):
         self.test_lens = tuple(int(L) for L in self.test_lens)
+        self.ind_lens = tuple(int(L) for L in self.ind_lens)
         if self.task not in che_tasks(): raise ValueError(f"unknown task {self.task!r}; choose from {sorted(che_tasks())}")
         if self.steps < 1 or self.batch_size < 1 or self.train_max_len < 1: raise ValueError("steps, batch_size and train_max_len must be >= 1")
         if not self.test_lens or min(self.test_lens) < 1: raise ValueError(f"test lengths must be >= 1, got {self.test_lens[:5]}")
 
     @property
     def spec(self) -> str: return che_spec(self.pe, self.randomized, self.max_pos)
+
+    @property
+    def in_dist_lens(self) -> tuple[int, ...]:
+        "Lengths inside the training range at which a run checks that the task was learned at all."
+        if self.ind_lens: return tuple(int(L) for L in self.ind_lens)
+        lo = che_tasks()[self.task].min_length
+        return tuple(sorted({max(lo, round(self.train_max_len * f)) for f in (0.25, 0.5, 0.75, 1.0)}))
 
     def model_config(self) -> GPTConfig:
         "The encoder: the book's GPT without the causal mask, untied input/output embeddings."
@@ -560,10 +570,12 @@ def run_che(cfg: CHEConfig, progress: bool = False) -> dict:
     model, log = train_che(cfg, progress)
     t1 = time.time()
     acc = eval_che(model, cfg)
+    ind = eval_che(model, cfg, cfg.in_dist_lens)
     t2 = time.time()
     task = che_tasks()[cfg.task]
     return {"task": cfg.task, "level": task.level, "pe": cfg.pe, "spec": cfg.spec, "chance": task.chance,
             "score": sum(acc.values()) / len(acc), "acc": {str(L): round(a, 4) for L, a in acc.items()},
+            "ind": sum(ind.values()) / len(ind), "ind_acc": {str(L): round(a, 4) for L, a in ind.items()},
             "train_acc": log[-1]["acc"], "train_loss": log[-1]["loss"], "log": log,
             "n_params": model.n_params(), "train_seconds": round(t1 - t0, 1), "eval_seconds": round(t2 - t1, 1)}
 
@@ -581,7 +593,7 @@ def run_che_grid(tasks: Sequence[str], pes: Sequence[str], base: CHEConfig, out:
         build_pe(che_spec(pe, base.randomized, base.max_pos), n_heads=base.n_head, head_dim=base.d_model // base.n_head,
                  d_model=base.d_model, n_layers=base.n_layer, max_len=base.max_pos)
     settings = {k: v for k, v in asdict(base).items() if k not in ("task", "pe", "device")}
-    settings["test_lens"] = list(settings["test_lens"])
+    settings["test_lens"], settings["ind_lens"] = list(settings["test_lens"]), list(settings["ind_lens"])
     res = {"command": command, "settings": settings, "provenance": provenance(), "runs": {}}
     path, before = (Path(out) if out else None), 0.0
     if path and path.exists():
@@ -596,7 +608,7 @@ def run_che_grid(tasks: Sequence[str], pes: Sequence[str], base: CHEConfig, out:
             r = run_che(cfg, progress)
             res["runs"][_key(t, pe)] = r
             if progress:
-                print(f"{t:28s} {pe:22s} score {100 * r['score']:6.2f}  (train acc {100 * r['train_acc']:5.1f}, "
+                print(f"{t:28s} {pe:22s} score {100 * r['score']:6.2f}  (in distribution {100 * r['ind']:5.1f}, "
                       f"{r['train_seconds']:.0f}s + {r['eval_seconds']:.0f}s)", flush=True)
             res["wall_seconds"] = round(before + time.time() - t_start, 1)
             if path:
@@ -608,17 +620,31 @@ def run_che_grid(tasks: Sequence[str], pes: Sequence[str], base: CHEConfig, out:
     return res
 
 
-def che_table(res: dict, digits: int = 1) -> str:
-    "Markdown table: one row per task (with level and chance), one column per PE, the score in %."
+LEARNED = 0.9   # in-distribution accuracy at or above which a run counts as having learned its task
+
+
+def learned(run: dict, threshold: float = LEARNED) -> Optional[bool]:
+    "Whether a run learned its task at the training lengths (None for a run stored without that check)."
+    return None if "ind" not in run else run["ind"] >= threshold
+
+
+def che_table(res: dict, digits: int = 1, what: str = "score") -> str:
+    """Markdown table: a row per task (level, chance), a column per PE; `what` = "score" (mean test accuracy, %) or "ind".
+
+    A score is shown only where the run learned its task in distribution (`learned`); elsewhere the cell reads
+    "–": a test accuracy of a model that never learned the task says nothing about extrapolation."""
+    if what not in ("score", "ind"): raise ValueError(f"what must be 'score' or 'ind', got {what!r}")
     runs = res["runs"].values()
     tasks = list(dict.fromkeys(r["task"] for r in runs))
     pes = list(dict.fromkeys(r["pe"] for r in runs))
     order = list(che_tasks())
     tasks.sort(key=order.index)
     by = {(r["task"], r["pe"]): r for r in runs}
+    def cell(r: Optional[dict]) -> str:
+        if r is None or what not in r: return ""
+        return "–" if what == "score" and learned(r) is False else f"{100 * r[what]:.{digits}f}"
     lines = ["| level | task | chance | " + " | ".join(pes) + " |", "|---" * (len(pes) + 3) + "|"]
     for t in tasks:
         task = che_tasks()[t]
-        cells = [f"{100 * by[t, p]['score']:.{digits}f}" if (t, p) in by else "" for p in pes]
-        lines.append(f"| {task.level} | {t} | {100 * task.chance:.0f} | " + " | ".join(cells) + " |")
+        lines.append(f"| {task.level} | {t} | {100 * task.chance:.0f} | " + " | ".join(cell(by.get((t, p))) for p in pes) + " |")
     return "\n".join(lines)

@@ -157,6 +157,7 @@ def test_tiny_run_writes_json(tmp_path):
     assert set(res["runs"]) == {"even_pairs|nope", "even_pairs|alibi", "bucket_sort|nope", "bucket_sort|alibi"}
     r = res["runs"]["bucket_sort|alibi"]
     assert set(r["acc"]) == {"41", "45"} and 0 <= r["score"] <= 1 and r["spec"].startswith("randomized:")
+    assert set(r["ind_acc"]) == {str(L) for L in CHEConfig(task="bucket_sort", pe="alibi").in_dist_lens} and 0 <= r["ind"] <= 1
     assert "| CS | bucket_sort | 20 |" in che_table(res)
     assert tasks_main(argv) == 0                               # rerun: everything is already there
     assert json.loads(out.read_text())["runs"] == res["runs"]
@@ -203,3 +204,22 @@ def test_cot_batch_scores_only_the_chain():
         assert all(t == -100 for t in yi[:first_eq])          # the prompt e0 is not predicted
         assert yi[first_eq] != -100                           # the first step is
         assert COT_ID["$"] in [t for t in yi if t != -100]     # the end of the chain is
+
+
+def test_table_shows_scores_only_for_tasks_learned_in_distribution():
+    "A run below LEARNED at the training lengths shows '–' in the score table and its accuracy in the 'ind' table."
+    from lengthx.tasks import LEARNED, learned
+    run = lambda pe, ind: {"task": "bucket_sort", "pe": pe, "score": 0.5, "ind": ind}
+    res = {"runs": {"a": run("rope", LEARNED), "b": run("alibi", LEARNED - 0.01), "c": {**run("nope", 0.2), "ind": None}}}
+    del res["runs"]["c"]["ind"]                                  # a run stored before the check existed
+    row = che_table(res).splitlines()[-1]
+    assert row == "| CS | bucket_sort | 20 | 50.0 | – | 50.0 |", row
+    assert che_table(res, what="ind").splitlines()[-1] == f"| CS | bucket_sort | 20 | {100 * LEARNED:.1f} | {100 * (LEARNED - 0.01):.1f} |  |"
+    assert learned(res["runs"]["a"]) and learned(res["runs"]["b"]) is False and learned(res["runs"]["c"]) is None
+    with pytest.raises(ValueError, match="what"): che_table(res, what="acc")
+
+
+def test_in_distribution_lengths_lie_in_the_training_range():
+    cfg = CHEConfig(task="reverse_string", pe="rope", train_max_len=40)
+    assert cfg.in_dist_lens == (10, 20, 30, 40)
+    assert CHEConfig(task="reverse_string", pe="rope", ind_lens=(7, 9)).in_dist_lens == (7, 9)
