@@ -188,13 +188,21 @@ def fused_refine_runs(device) -> bool:
     return device.type == "cpu" and "error" not in fused.build_info()
 
 
-def estimate_eval_memory(model_or_cfg, length: int, *, batch: int = 1, path: str = "auto", device=None,
-                         block: int = 256) -> int:
-    "Estimated peak bytes of one no-grad forward of `batch` windows of `length` on attention `path` (float32)."
+def _estimate_inputs(model_or_cfg, length: int, batch: int, path: str, device, training: bool) -> tuple:
+    "(cfg, pe, device, path) of a memory estimate, its sizes checked and an `auto` path resolved (gradients on when `training`)."
     cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
     _int_arg("length", length, 1); _int_arg("batch", batch, 1)
     pe, device = _pe_of(model_or_cfg), torch.device(device or "cpu")
-    if path == "auto": path = cfg.attn_path if cfg.attn_path != "auto" else pick_path(pe, length, device)
+    if path == "auto":   # pick_path reads the grad mode: a training step has it on, an evaluation keeps the caller's
+        with torch.set_grad_enabled(training or torch.is_grad_enabled()):
+            path = cfg.attn_path if cfg.attn_path != "auto" else pick_path(pe, length, device)
+    return cfg, pe, device, path
+
+
+def estimate_eval_memory(model_or_cfg, length: int, *, batch: int = 1, path: str = "auto", device=None,
+                         block: int = 256) -> int:
+    "Estimated peak bytes of one no-grad forward of `batch` windows of `length` on attention `path` (float32)."
+    cfg, pe, device, path = _estimate_inputs(model_or_cfg, length, batch, path, device, training=False)
     B, T, H, d, V = batch, length, cfg.n_head, cfg.d_model, cfg.vocab_size
     weights = (12 * cfg.n_layer * d * d + 2 * V * d) * _F32
     logits = 3 * B * T * V * _F32
@@ -223,11 +231,7 @@ def _n_params(cfg, pe) -> int:
 def estimate_train_memory(model_or_cfg, length: int, *, batch: int = 1, path: str = "auto", device=None,
                           block: int = 256) -> int:
     "Estimated peak bytes of one training step (float32): the forward's peak, gradients and AdamW's two moments, what backward keeps."
-    cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
-    _int_arg("length", length, 1); _int_arg("batch", batch, 1)
-    pe, device = _pe_of(model_or_cfg), torch.device(device or "cpu")
-    if path == "auto":
-        with torch.enable_grad(): path = cfg.attn_path if cfg.attn_path != "auto" else pick_path(pe, length, device)
+    cfg, pe, device, path = _estimate_inputs(model_or_cfg, length, batch, path, device, training=True)
     B, T, H, d, V = batch, length, cfg.n_head, cfg.d_model, cfg.vocab_size
     forward = estimate_eval_memory(model_or_cfg, length, batch=batch, path=path, device=device, block=block)
     optimizer = 3 * _n_params(cfg, pe) * _F32                      # a gradient and two moments per parameter

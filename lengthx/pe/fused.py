@@ -12,7 +12,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from einops import rearrange
@@ -497,6 +497,44 @@ def fused_refine(f: nn.Module, scores: Tensor, bias: Optional[Tensor], mask: Opt
     return FusedRefine.apply(scores, bias, fold_bias_weights(w1, h), b1, w2, b2, lim, gamma, f.slope, interpret)
 
 # %% ../../nbs/43_dape_fast.ipynb #defd464a
+if triton is not None:
+    class _KernelHelper(triton.runtime.JITFunction):
+        "A `triton.jit` function an interpreted kernel can call as well: a compiled kernel inlines it, the interpreter runs it as Python."
+        def __call__(self, *args, **kwargs): return InterpretedFunction(self.fn)(*args, **kwargs)
+
+
+def _kernel_helper(fn: Callable) -> Callable:
+    "Decorator for a function both Triton kernels call (left a plain function when triton is not installed)."
+    return fn if triton is None else _KernelHelper(fn)
+
+
+@_kernel_helper
+def _key_tile(LIM, i, tile, Tk, BK: tl.constexpr):
+    "This program's keys j = tile·BK + [0, BK) and L, how many keys query i sees."
+    return tl.minimum(tl.load(LIM + i), Tk), tile * BK + tl.arange(0, BK)
+
+
+@_kernel_helper
+def _input_tile(xq, yq, jx, L, c, sxc, syc, syk, CX: tl.constexpr, CIN: tl.constexpr):
+    "One query's input [x; y] at keys jx as a (CP, BK) float32 tile: rows c < CX from x, the next CY from y, zero off [0, L)."
+    ok = (jx >= 0) & (jx < L)                   # tril and the zero padding: nothing past the visible keys
+    xs = tl.load(xq + c[:, None] * sxc + jx[None, :], mask=(c[:, None] < CX) & ok[None, :], other=0.0)
+    ys = tl.load(yq + (c[:, None] - CX) * syc + jx[None, :] * syk,
+                 mask=(c[:, None] >= CX) & (c[:, None] < CIN) & ok[None, :], other=0.0)
+    return (xs + ys).to(tl.float32)
+
+
+@_kernel_helper
+def _hidden_pre(xq, yq, W1, b1, jh, L, c, d, sxc, syc, syk, CX: tl.constexpr, CIN: tl.constexpr, D: tl.constexpr,
+                K: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr):
+    "The first layer at hidden keys jh before its LeakyReLU, b1 + Σ_t W1_t · input(jh + t − K//2): a (DP, BK) float32 tile."
+    a = tl.full((DP, BK), 0.0, tl.float32) + b1[:, None]
+    for t in tl.static_range(K):                    # the hidden map at jh reads the input at jh + t − K//2
+        w1 = tl.load(W1 + d[:, None] * (K * CIN) + t * CIN + c[None, :], mask=(d[:, None] < D) & (c[None, :] < CIN), other=0.0)
+        a += tl.dot(w1, _input_tile(xq, yq, jh + (t - K // 2), L, c, sxc, syc, syk, CX, CIN), input_precision="ieee")
+    return a
+
+
 def _refine_fwd_tl(X, Y, LIM, W1, B1, W2, B2, OUT, Tq, Tk, sxb, sxc, sxq, syb, syc, syq, syk, gamma, slope,
                    CX: tl.constexpr, CY: tl.constexpr, D: tl.constexpr, K: tl.constexpr, CP: tl.constexpr,
                    DP: tl.constexpr, HP: tl.constexpr, BK: tl.constexpr):
@@ -504,29 +542,21 @@ def _refine_fwd_tl(X, Y, LIM, W1, B1, W2, B2, OUT, Tq, Tk, sxb, sxc, sxq, syb, s
     tile, i, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     P: tl.constexpr = K // 2
     CIN: tl.constexpr = CX + CY
-    L = tl.minimum(tl.load(LIM + i), Tk)
-    j = tile * BK + tl.arange(0, BK)
+    L, j = _key_tile(LIM, i, tile, Tk, BK)
     c, d, h = tl.arange(0, CP), tl.arange(0, DP), tl.arange(0, HP)
     b1 = tl.load(B1 + d, mask=d < D, other=0.0)
+    xq, yq = X + b * sxb + i * sxq, Y + b * syb + i * syq     # query i of sequence b in x and y
     acc = tl.full((HP, BK), 0.0, tl.float32)
     for t2 in tl.static_range(K):                       # out[j] reads the hidden map at key j + t2 − P
         jh = j + (t2 - P)
-        a = tl.full((DP, BK), 0.0, tl.float32) + b1[:, None]
-        for t1 in tl.static_range(K):                   # the hidden map at jh reads the input at jh + t1 − P
-            jx = jh + (t1 - P)
-            ok = (jx >= 0) & (jx < L)                   # tril and the zero padding: nothing past the visible keys
-            xs = tl.load(X + b * sxb + c[:, None] * sxc + i * sxq + jx[None, :], mask=(c[:, None] < CX) & ok[None, :], other=0.0)
-            ys = tl.load(Y + b * syb + (c[:, None] - CX) * syc + i * syq + jx[None, :] * syk,
-                         mask=(c[:, None] >= CX) & (c[:, None] < CIN) & ok[None, :], other=0.0)
-            w1 = tl.load(W1 + d[:, None] * (K * CIN) + t1 * CIN + c[None, :], mask=(d[:, None] < D) & (c[None, :] < CIN), other=0.0)
-            a += tl.dot(w1, (xs + ys).to(tl.float32), input_precision="ieee")
+        a = _hidden_pre(xq, yq, W1, b1, jh, L, c, d, sxc, syc, syk, CX, CIN, D, K, DP, BK)
         hid = tl.where(a > 0, a, a * slope)
         hid = tl.where(((jh >= 0) & (jh < L))[None, :], hid, 0.0)
         w2 = tl.load(W2 + h[:, None] * (K * D) + t2 * D + d[None, :], mask=(h[:, None] < CX) & (d[None, :] < D), other=0.0)
         acc += tl.dot(w2, hid, input_precision="ieee")
     vis = j < L
-    xc = tl.load(X + b * sxb + h[:, None] * sxc + i * sxq + j[None, :], mask=(h[:, None] < CX) & vis[None, :], other=0.0)
-    yc = tl.load(Y + b * syb + h[:, None] * syc + i * syq + j[None, :] * syk, mask=(h[:, None] < CY) & vis[None, :], other=0.0)
+    xc = tl.load(xq + h[:, None] * sxc + j[None, :], mask=(h[:, None] < CX) & vis[None, :], other=0.0)
+    yc = tl.load(yq + h[:, None] * syc + j[None, :] * syk, mask=(h[:, None] < CY) & vis[None, :], other=0.0)
     b2 = tl.load(B2 + h, mask=h < CX, other=0.0)
     res = acc + b2[:, None] + xc.to(tl.float32) + gamma * yc.to(tl.float32)
     res = tl.where(vis[None, :], res, float("-inf"))
@@ -540,13 +570,13 @@ def _refine_bwd_tl(GO, X, Y, LIM, W1, B1, W2, GX, GY, GW1, GB1, GW2, GB2, B, Tq,
     tile, i = tl.program_id(0), tl.program_id(1)
     P: tl.constexpr = K // 2
     CIN: tl.constexpr = CX + CY
-    L = tl.minimum(tl.load(LIM + i), Tk)
-    j = tile * BK + tl.arange(0, BK)
+    L, j = _key_tile(LIM, i, tile, Tk, BK)
     c, d, h = tl.arange(0, CP), tl.arange(0, DP), tl.arange(0, HP)
     b1 = tl.load(B1 + d, mask=d < D, other=0.0)
     vis = j < L
     gy_sum = tl.full((CP, BK), 0.0, tl.float32)
     for b in range(B):
+        xq, yq = X + b * sxb + i * sxq, Y + b * syb + i * syq
         g_own = tl.load(GO + ((b * CX + h[:, None]) * Tq + i) * Tk + j[None, :], mask=(h[:, None] < CX) & vis[None, :], other=0.0).to(tl.float32)
         ones = tl.full((BK, 16), 1.0, tl.float32)      # row sums as a product (every column the same): tl.sum is not a builtin
         gb2 = tl.dot(g_own, ones, input_precision="ieee")
@@ -554,15 +584,7 @@ def _refine_bwd_tl(GO, X, Y, LIM, W1, B1, W2, GX, GY, GW1, GB1, GW2, GB2, B, Tq,
         gin = tl.full((CP, BK), 0.0, tl.float32)    # Σ_t1 W1_t1ᵀ GA(j − t1 + P): the gradient reaching the input channels
         for t1 in tl.static_range(K):
             jh = j - (t1 - P)                           # the hidden units that read input key j through tap t1
-            a = tl.full((DP, BK), 0.0, tl.float32) + b1[:, None]
-            for t in tl.static_range(K):
-                jx = jh + (t - P)
-                ok = (jx >= 0) & (jx < L)
-                xs = tl.load(X + b * sxb + c[:, None] * sxc + i * sxq + jx[None, :], mask=(c[:, None] < CX) & ok[None, :], other=0.0)
-                ys = tl.load(Y + b * syb + (c[:, None] - CX) * syc + i * syq + jx[None, :] * syk,
-                             mask=(c[:, None] >= CX) & (c[:, None] < CIN) & ok[None, :], other=0.0)
-                w1 = tl.load(W1 + d[:, None] * (K * CIN) + t * CIN + c[None, :], mask=(d[:, None] < D) & (c[None, :] < CIN), other=0.0)
-                a += tl.dot(w1, (xs + ys).to(tl.float32), input_precision="ieee")
+            a = _hidden_pre(xq, yq, W1, b1, jh, L, c, d, sxc, syc, syk, CX, CIN, D, K, DP, BK)
             gh = tl.full((DP, BK), 0.0, tl.float32)
             for t2 in tl.static_range(K):              # hidden key jh feeds output key jh − t2 + P through tap t2
                 jo = jh - (t2 - P)
@@ -578,24 +600,12 @@ def _refine_bwd_tl(GO, X, Y, LIM, W1, B1, W2, GX, GY, GW1, GB1, GW2, GB2, B, Tq,
                 gb1 = tl.dot(ga, ones, input_precision="ieee")
                 tl.atomic_add(GB1 + d[:, None] * 16 + tl.arange(0, 16)[None, :], gb1, mask=d[:, None] < D)
                 for t in tl.static_range(K):
-                    jx = j + (t - P)
-                    ok = (jx >= 0) & (jx < L)
-                    xs = tl.load(X + b * sxb + c[:, None] * sxc + i * sxq + jx[None, :], mask=(c[:, None] < CX) & ok[None, :], other=0.0)
-                    ys = tl.load(Y + b * syb + (c[:, None] - CX) * syc + i * syq + jx[None, :] * syk,
-                                 mask=(c[:, None] >= CX) & (c[:, None] < CIN) & ok[None, :], other=0.0)
-                    gw1 = tl.dot(ga, tl.trans((xs + ys).to(tl.float32)), input_precision="ieee")
+                    xin = _input_tile(xq, yq, j + (t - P), L, c, sxc, syc, syk, CX, CIN)
+                    gw1 = tl.dot(ga, tl.trans(xin), input_precision="ieee")
                     tl.atomic_add(GW1 + d[:, None] * (K * CIN) + t * CIN + c[None, :], gw1, mask=(d[:, None] < D) & (c[None, :] < CIN))
         for t2 in tl.static_range(K):                   # W2's gradient: this tile's output gradient against the hidden map it read
             jh = j + (t2 - P)
-            a = tl.full((DP, BK), 0.0, tl.float32) + b1[:, None]
-            for t in tl.static_range(K):
-                jx = jh + (t - P)
-                ok = (jx >= 0) & (jx < L)
-                xs = tl.load(X + b * sxb + c[:, None] * sxc + i * sxq + jx[None, :], mask=(c[:, None] < CX) & ok[None, :], other=0.0)
-                ys = tl.load(Y + b * syb + (c[:, None] - CX) * syc + i * syq + jx[None, :] * syk,
-                             mask=(c[:, None] >= CX) & (c[:, None] < CIN) & ok[None, :], other=0.0)
-                w1 = tl.load(W1 + d[:, None] * (K * CIN) + t * CIN + c[None, :], mask=(d[:, None] < D) & (c[None, :] < CIN), other=0.0)
-                a += tl.dot(w1, (xs + ys).to(tl.float32), input_precision="ieee")
+            a = _hidden_pre(xq, yq, W1, b1, jh, L, c, d, sxc, syc, syk, CX, CIN, D, K, DP, BK)
             hid = tl.where(a > 0, a, a * slope)
             hid = tl.where(((jh >= 0) & (jh < L))[None, :], hid, 0.0)
             gw2 = tl.dot(g_own, tl.trans(hid), input_precision="ieee")

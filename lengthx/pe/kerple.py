@@ -168,31 +168,17 @@ KERPLE_OPTIONS = (
         lo=0, hi=2, lo_open=True, example=0.05))
 
 
-@register_pe("kerple_log", examples=["kerple_log", "kerple_log:per_layer=true"], options=KERPLE_OPTIONS)
-def _kerple_log(ctx: PEContext, per_layer: bool = False, eps: float = 0.01) -> PE:
-    "KERPLE logarithmic variant −r1·log(1 + r2|m−n|) (the paper's best)."
-    return KerplePE(ctx, "log", per_layer, eps)
+def _register_kerple(kind: str, examples: list[str], doc: str) -> None:
+    "Register KerplePE of `kind` as the PE family `kerple_<kind>`, with KERPLE's two options."
+    def build(ctx: PEContext, per_layer: bool = False, eps: float = 0.01) -> PE: return KerplePE(ctx, kind, per_layer, eps)
+    register_pe(f"kerple_{kind}", examples=examples, options=KERPLE_OPTIONS, doc=doc)(build)
 
 
-@register_pe("kerple_power", examples=["kerple_power", "kerple_power:per_layer=true"], options=KERPLE_OPTIONS)
-def _kerple_power(ctx: PEContext, per_layer: bool = False, eps: float = 0.01) -> PE:
-    "KERPLE power variant −r1·|m−n|^r2, 0 < r2 ≤ 2."
-    return KerplePE(ctx, "power", per_layer, eps)
+_register_kerple("log", ["kerple_log", "kerple_log:per_layer=true"], "KERPLE logarithmic variant −r1·log(1 + r2|m−n|) (the paper's best).")
+_register_kerple("power", ["kerple_power", "kerple_power:per_layer=true"], "KERPLE power variant −r1·|m−n|^r2, 0 < r2 ≤ 2.")
+_register_kerple("3log", ["kerple_3log"], "KERPLE 3-parameter log variant −r1·log(1 + r2|m−n|^r3).")
+_register_kerple("biaswt", ["kerple_biaswt", "kerple_biaswt:per_layer=true"],
+                 "KERPLE bias+weight: q·k·exp(−r3|m−n|^r4) − r1|m−n|^r2 (naive/chunked paths only).")
+_register_kerple("gauss", ["kerple_gauss", "kerple_gauss:per_layer=true"],
+                 "The Gaussian kernel r1·exp(−r2|m−n|²) as a trained bias: KERPLE's baseline with limited extrapolation.")
 
-
-@register_pe("kerple_3log", examples=["kerple_3log"], options=KERPLE_OPTIONS)
-def _kerple_3log(ctx: PEContext, per_layer: bool = False, eps: float = 0.01) -> PE:
-    "KERPLE 3-parameter log variant −r1·log(1 + r2|m−n|^r3)."
-    return KerplePE(ctx, "3log", per_layer, eps)
-
-
-@register_pe("kerple_biaswt", examples=["kerple_biaswt", "kerple_biaswt:per_layer=true"], options=KERPLE_OPTIONS)
-def _kerple_biaswt(ctx: PEContext, per_layer: bool = False, eps: float = 0.01) -> PE:
-    "KERPLE bias+weight: q·k·exp(−r3|m−n|^r4) − r1|m−n|^r2 (naive/chunked paths only)."
-    return KerplePE(ctx, "biaswt", per_layer, eps)
-
-
-@register_pe("kerple_gauss", examples=["kerple_gauss", "kerple_gauss:per_layer=true"], options=KERPLE_OPTIONS)
-def _kerple_gauss(ctx: PEContext, per_layer: bool = False, eps: float = 0.01) -> PE:
-    "The Gaussian kernel r1·exp(−r2|m−n|²) as a trained bias: KERPLE's baseline with limited extrapolation."
-    return KerplePE(ctx, "gauss", per_layer, eps)
