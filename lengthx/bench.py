@@ -378,7 +378,7 @@ import os
 
 from .pe import fused
 from .pe.cdape import cdape_flops
-from .pe.dape import dape_flops, flop_limit
+from .pe.dape import dape_flops, flop_limit, model_flops
 from .pe.fire import FirePE
 
 
@@ -423,11 +423,15 @@ def dape_fast_timings(mode: str, T: int, B: int, reps: int, shape: str = "small"
     return {k: {"median_s": statistics.median(v), "min_s": min(v), "max_s": max(v), "n": len(v)} for k, v in times.items()}
 
 
-def dape_fast_limits(T: int, B: int, shape: str = "small") -> dict:
-    "The FLOP floor of DAPE and CDAPE: model FLOPs plus f's, over model FLOPs."
+def dape_fast_limits(T: int, B: int, shape: str = "small", causal: bool = False) -> dict:
+    "The FLOP floor of DAPE and CDAPE, (model + f) / model FLOPs; `causal` counts only the pairs j ≤ i, in f and in QKᵀ, AV."
     c = GPTConfig.preset(shape)
     k = {"dape": dape_flops(B, c.n_head, T, T), "cdape": cdape_flops(B, c.n_head, T, T, k=3)}
-    return {n: flop_limit(v, c.d_model, c.n_layer, T, B) for n, v in k.items()}
+    if not causal: return {n: flop_limit(v, c.d_model, c.n_layer, T, B) for n, v in k.items()}
+    keep = (T + 1) / (2 * T)                                   # the share of the T² pairs a causal mask keeps
+    pairs = c.n_layer * 4 * B * T * T * c.d_model              # QKᵀ and AV over every pair (chapter 40's model_flops)
+    base = model_flops(c.d_model, c.n_layer, T, B) - pairs * (1 - keep)
+    return {n: (base + c.n_layer * v * keep) / base for n, v in k.items()}
 
 
 _DAPE_PEAK = r"""
