@@ -29,7 +29,8 @@ RESULTS_MODE = 0o644   # results are for everyone to read, like any file a comma
 # %% auto #0
 __all__ = ['UNITS', 'BUDGET_NAMES', 'SCHEMA', 'RESULTS_MODE', 'RESULTS_URL', 'lengthx_checkout', 'provenance',
            'result_provenance', 'check_clean', 'write_results', 'read_results', 'is_result', 'committed_results',
-           'result_dirs', 'int_lengths', 'load_results', 'device_of', 'pick', 'provenance_line', 'results_overview']
+           'result_dirs', 'int_lengths', 'load_results', 'device_of', 'result_seed', 'pick', 'provenance_line',
+           'results_overview']
 
 # %% ../nbs/55_results.ipynb #25ebed98
 def _git(here: Path, *args) -> str:
@@ -156,9 +157,15 @@ def device_of(rec: dict) -> str:
                                     else str(p.get("device")).removeprefix("cuda:"))
 
 
-def pick(recs: Sequence[dict], unit: str, preset: str = "cpu", gpu: Optional[bool] = False) -> Optional[dict]:
-    "The newest result of `unit` at `preset` (gpu: True only GPU results, False only CPU, None either); None if none."
-    ok = [r for r in recs if r["unit"] == unit and r["preset"] == preset
+def result_seed(rec: dict) -> int:
+    "The base seed a result was run with (`lengthx reproduce --seed`): its settings' seed, or the first of its seeds."
+    S = rec["settings"]
+    return int(S["seed"]) if "seed" in S else int((S.get("seeds") or [0])[0])
+
+
+def pick(recs: Sequence[dict], unit: str, preset: str = "cpu", gpu: Optional[bool] = False, seed: int = 0) -> Optional[dict]:
+    "The newest result of `unit` at `preset` run with base `seed` (gpu: True only GPU, False only CPU, None either); None if none."
+    ok = [r for r in recs if r["unit"] == unit and r["preset"] == preset and result_seed(r) == seed
           and (gpu is None or (device_of(r) != "cpu") == gpu)]
     return max(ok, key=lambda r: r["provenance"].get("time", "")) if ok else None
 

@@ -13,6 +13,7 @@ import torch
 from lengthx import cli, results
 from lengthx.evaluate import PROTOCOL, Protocol
 from lengthx import experiments as X
+from lengthx.results import result_seed
 from lengthx.cli import main
 from lengthx.evaluate import check_protocol_args, last_k_windows, perplexity, window_losses
 
@@ -205,7 +206,7 @@ def test_every_committed_result_names_a_clean_commit_that_holds_its_code():
     assert {p.name.split("_")[0] for p in files} >= {"main", "seeds", "protocols", "position", "cdape", "che", "recall", "cot", "sweep"}
     for p in files:
         rec = json.loads(p.read_text())
-        assert X.is_result(rec) and p.name == f"{rec['unit']}_{rec['preset']}.json", p.name
+        assert X.is_result(rec) and p.name == f"{rec['unit']}_{X.run_tag(rec['preset'], result_seed(rec))}.json", p.name
         prov = rec["provenance"]
         assert prov["git_dirty"] is False and len(prov["git_sha"]) == 40 and prov["source_sha256"], p.name
         if (ROOT / ".git").exists():   # a clone: the commit is in the history and holds the code that made the file
@@ -336,3 +337,14 @@ def test_the_sweep_figure_shows_every_point_when_perplexity_falls_with_length(tm
     ys = [y for ln in top.get_lines() if ln.get_label() != "×1: no change" for y in ln.get_ydata()]
     assert len(ys) == 8 and all(lo <= y <= hi for y in ys), (lo, hi, ys)
     plt.close(fig)
+
+
+def test_pick_chooses_the_base_seed_not_the_newest_file():
+    "A result made with --seed 1 is newer than seed 0's but never stands in for it (and is found by seed=1)."
+    rec = lambda seed, time: {"unit": "baselines", "preset": "cpu", "settings": {"seed": seed},
+                              "provenance": {"time": time, "device": "cpu"}}
+    recs = [rec(0, "2026-01-01"), rec(1, "2026-02-01")]
+    assert results.pick(recs, "baselines", "cpu")["settings"]["seed"] == 0
+    assert results.pick(recs, "baselines", "cpu", seed=1)["settings"]["seed"] == 1
+    assert results.pick(recs, "baselines", "cpu", seed=2) is None
+    assert results.result_seed({"settings": {"seeds": [3, 4, 5]}}) == 3 and results.result_seed({"settings": {}}) == 0
