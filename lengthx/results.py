@@ -156,10 +156,12 @@ def device_of(rec: dict) -> str:
                                     else str(p.get("device")).removeprefix("cuda:"))
 
 
-def pick(recs: Sequence[dict], unit: str, preset: str = "cpu", gpu: Optional[bool] = False) -> Optional[dict]:
-    "The newest result of `unit` at `preset` (gpu: True only GPU results, False only CPU, None either); None if none."
+def pick(recs: Sequence[dict], unit: str, preset: str = "cpu", gpu: Optional[bool] = False,
+         seed: Optional[int] = 0) -> Optional[dict]:
+    "The newest result of `unit` at `preset` and base `seed` (None: any; gpu: True only GPU, False only CPU, None either); None if none."
     ok = [r for r in recs if r["unit"] == unit and r["preset"] == preset
-          and (gpu is None or (device_of(r) != "cpu") == gpu)]
+          and (gpu is None or (device_of(r) != "cpu") == gpu)
+          and (seed is None or r["provenance"].get("seed", 0) == seed)]
     return max(ok, key=lambda r: r["provenance"].get("time", "")) if ok else None
 
 
