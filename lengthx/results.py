@@ -163,9 +163,10 @@ def result_seed(rec: dict) -> int:
     return int(S["seed"]) if "seed" in S else int((S.get("seeds") or [0])[0])
 
 
-def pick(recs: Sequence[dict], unit: str, preset: str = "cpu", gpu: Optional[bool] = False, seed: int = 0) -> Optional[dict]:
-    "The newest result of `unit` at `preset` run with base `seed` (gpu: True only GPU, False only CPU, None either); None if none."
-    ok = [r for r in recs if r["unit"] == unit and r["preset"] == preset and result_seed(r) == seed
+def pick(recs: Sequence[dict], unit: str, preset: str = "cpu", gpu: Optional[bool] = False,
+         seed: Optional[int] = 0) -> Optional[dict]:
+    "The newest result of `unit` at `preset` run with base `seed` (None: any; gpu: True only GPU, False only CPU, None either); None if none."
+    ok = [r for r in recs if r["unit"] == unit and r["preset"] == preset and (seed is None or result_seed(r) == seed)
           and (gpu is None or (device_of(r) != "cpu") == gpu)]
     return max(ok, key=lambda r: r["provenance"].get("time", "")) if ok else None
 

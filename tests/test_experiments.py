@@ -347,4 +347,5 @@ def test_pick_chooses_the_base_seed_not_the_newest_file():
     assert results.pick(recs, "baselines", "cpu")["settings"]["seed"] == 0
     assert results.pick(recs, "baselines", "cpu", seed=1)["settings"]["seed"] == 1
     assert results.pick(recs, "baselines", "cpu", seed=2) is None
+    assert results.pick(recs, "baselines", "cpu", seed=None)["settings"]["seed"] == 1   # any seed: the newest
     assert results.result_seed({"settings": {"seeds": [3, 4, 5]}}) == 3 and results.result_seed({"settings": {}}) == 0
