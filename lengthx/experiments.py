@@ -83,7 +83,8 @@ UNIT = {
         dape_fast=dict(reps=1, threads=1, peak_len=256, shape="tiny", forward=[64, 1], train=[32, 2])),
     "cpu": dict(
         che=dict(tasks=["even_pairs", "parity_check", "reverse_string", "stack_manipulation", "missing_duplicate_string",
-                        "bucket_sort"], pes=["nope", "learned", "rope", "alibi", "kerple_log", "fire", "dape:kerple_log"],
+                        "bucket_sort"], pes=["nope", "learned", "sinusoidal", "rope", "transformer_xl", "alibi", "kerple_log",
+                                          "fire", "dape:alibi", "dape:kerple_log", "dape:fire"],   # NoPE + DAPE Table 2's columns
                  randomized=True, max_pos=2048, n_layer=2, n_head=4, d_model=64, train_max_len=40,
                  test_lens=[41, 81, 121, 161, 201], steps=600, batch_size=32, lr=3e-3, warmup=30, grad_clip=1.0,
                  eval_batch=64),
