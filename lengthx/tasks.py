@@ -28,10 +28,10 @@ from .pe.random import randomized_positions
 from .results import provenance
 
 # %% auto #0
-__all__ = ['MOD', 'ARITH', 'MAB_SYMBOLS', 'EQ_SYMBOLS', 'AB', 'BITS', 'ENDED', 'LEARNED', 'Task', 'evaluate_mod',
-           'bracket_expression', 'add_bits', 'che_tasks', 'encoder_batch', 'che_spec', 'CHEConfig', 'che_loss',
-           'masked_accuracy', 'che_positions', 'train_che', 'eval_che', 'run_che', 'run_che_grid', 'learned',
-           'che_table']
+__all__ = ['MOD', 'ARITH', 'MAB_SYMBOLS', 'EQ_SYMBOLS', 'AB', 'BITS', 'ENDED', 'LEARNED', 'FALLBACK_MARGIN', 'Task',
+           'evaluate_mod', 'bracket_expression', 'add_bits', 'che_tasks', 'encoder_batch', 'che_spec', 'CHEConfig',
+           'che_loss', 'masked_accuracy', 'che_positions', 'train_che', 'eval_che', 'run_che', 'run_che_grid',
+           'learned', 'learned_or_fallback', 'che_table']
 
 # %% ../nbs/60_che.ipynb #479d2898
 def _py_rng(generator: Optional[torch.Generator]) -> random.Random:
@@ -628,11 +628,22 @@ def learned(run: dict, threshold: float = LEARNED) -> Optional[bool]:
     return None if "ind" not in run else run["ind"] >= threshold
 
 
-def che_table(res: dict, digits: int = 1, what: str = "score") -> str:
+FALLBACK_MARGIN = 0.25   # for a run stored without the check: accuracy at its first test length this far above chance
+
+
+def learned_or_fallback(run: dict, margin: float = FALLBACK_MARGIN) -> bool:
+    "`learned(run)`; for a run stored without the in-distribution check, whether its first test length scores `margin` above chance."
+    got = learned(run)
+    if got is not None: return got
+    first = min(run["acc"], key=int)
+    return run["acc"][first] >= run["chance"] + margin
+
+
+def che_table(res: dict, digits: int = 1, what: str = "score", is_learned: Callable[[dict], Optional[bool]] = learned) -> str:
     """Markdown table: a row per task (level, chance), a column per PE; `what` = "score" (mean test accuracy, %) or "ind".
 
-    A score is shown only where the run learned its task in distribution (`learned`); elsewhere the cell reads
-    "–": a test accuracy of a model that never learned the task says nothing about extrapolation."""
+    A score is shown only where the run learned its task in distribution (`is_learned`, by default `learned`); elsewhere
+    the cell reads "–": a test accuracy of a model that never learned the task says nothing about extrapolation."""
     if what not in ("score", "ind"): raise ValueError(f"what must be 'score' or 'ind', got {what!r}")
     runs = res["runs"].values()
     tasks = list(dict.fromkeys(r["task"] for r in runs))
@@ -642,7 +653,7 @@ def che_table(res: dict, digits: int = 1, what: str = "score") -> str:
     by = {(r["task"], r["pe"]): r for r in runs}
     def cell(r: Optional[dict]) -> str:
         if r is None or what not in r: return ""
-        return "–" if what == "score" and learned(r) is False else f"{100 * r[what]:.{digits}f}"
+        return "–" if what == "score" and is_learned(r) is False else f"{100 * r[what]:.{digits}f}"
     lines = ["| level | task | chance | " + " | ".join(pes) + " |", "|---" * (len(pes) + 3) + "|"]
     for t in tasks:
         task = che_tasks()[t]

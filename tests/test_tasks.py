@@ -223,3 +223,13 @@ def test_in_distribution_lengths_lie_in_the_training_range():
     cfg = CHEConfig(task="reverse_string", pe="rope", train_max_len=40)
     assert cfg.in_dist_lens == (10, 20, 30, 40)
     assert CHEConfig(task="reverse_string", pe="rope", ind_lens=(7, 9)).in_dist_lens == (7, 9)
+
+
+def test_fallback_rule_for_runs_without_the_in_distribution_check():
+    "A run stored without `ind` counts as learned only if its first test length is FALLBACK_MARGIN above chance; a checked run keeps `learned`."
+    from lengthx.tasks import FALLBACK_MARGIN, LEARNED, learned_or_fallback
+    old = lambda a41: {"task": "bucket_sort", "pe": "rope", "score": 0.5, "chance": 0.2, "acc": {"81": 0.99, "41": a41}}
+    assert learned_or_fallback(old(0.2 + FALLBACK_MARGIN)) and not learned_or_fallback(old(0.2 + FALLBACK_MARGIN - 0.01))
+    assert not learned_or_fallback({**old(0.99), "ind": LEARNED - 0.01})           # the check, when present, decides
+    res = {"runs": {"a": old(0.9), "b": {**old(0.3), "pe": "alibi"}}}
+    assert che_table(res, is_learned=learned_or_fallback).splitlines()[-1] == "| CS | bucket_sort | 20 | 50.0 | – |"
