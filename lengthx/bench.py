@@ -420,7 +420,9 @@ def dape_fast_timings(mode: str, T: int, B: int, reps: int, shape: str = "small"
         if n in ("dape", "cdape"): calls[n + " (eager)"] = _with_eager(fn)
         if n == "fire": calls["fire (dense mask)"] = _with_dense_fire(fn)
     times = interleaved_times(calls, reps)
-    return {k: {"median_s": statistics.median(v), "min_s": min(v), "max_s": max(v), "n": len(v)} for k, v in times.items()}
+    # every round kept: rounds are interleaved, so round r of two contenders ran side by side and their ratio is paired
+    return {k: {"median_s": statistics.median(v), "min_s": min(v), "max_s": max(v), "n": len(v), "rounds_s": list(v)}
+            for k, v in times.items()}
 
 
 def dape_fast_limits(T: int, B: int, shape: str = "small", causal: bool = False) -> dict:
