@@ -648,6 +648,8 @@ def che_table(res: dict, digits: int = 1, what: str = "score", is_learned: Calla
     runs = res["runs"].values()
     tasks = list(dict.fromkeys(r["task"] for r in runs))
     pes = list(dict.fromkeys(r["pe"] for r in runs))
+    first = [p for p in res.get("settings", {}).get("pes", []) if p in pes]   # the grid's own column order where known
+    pes = first + [p for p in pes if p not in first]
     order = list(che_tasks())
     tasks.sort(key=order.index)
     by = {(r["task"], r["pe"]): r for r in runs}
