@@ -16,14 +16,14 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
-MODEL_PRESETS = ("tiny", "small", "gpt2-small", "gpt2-125m")   # lengthx.model.PRESETS
+MODEL_PRESETS = ("tiny", "small", "gpt2-small", "gpt2-medium", "gpt2-125m")   # lengthx.model.PRESETS
 PROTOCOLS = ("last_k", "nonoverlap", "sliding")                  # lengthx.evaluate.PROTOCOLS
 PROTOCOL_DEFAULTS = dict(protocol="last_k", k=None, n_windows=16, stride=None, max_factor=16, anchored=True)   # evaluate.PROTOCOL
 ATTN_PATHS = ("naive", "sdpa", "flex", "chunked")                # lengthx.attention.PATHS
 SPLITS = ("train", "validation", "test")                         # lengthx.data.SPLITS
 CORPORA = ("stdlib", "pg19", "arxiv", "github", "wikitext103")   # lengthx.data.CORPORA
 SWEEP_BUDGETS = ("quick", "colab", "paper")                      # lengthx.sweep.BUDGETS
-UNITS = ("main", "seeds", "protocols", "position", "cdape", "baselines", "che", "recall", "cot", "cost", "sweep", "peers", "dape_fast", "pretrained")  # results.UNITS
+UNITS = ("main", "seeds", "protocols", "position", "cdape", "baselines", "che", "recall", "cot", "cost", "sweep", "peers", "dape_fast", "pretrained", "che_budget")  # results.UNITS
 BUDGET_NAMES = ("smoke", "cpu", "colab", "paper")                # lengthx.results.BUDGET_NAMES
 
 # %% auto #0

@@ -5,17 +5,19 @@
 # %% auto #0
 __all__ = ['EXTRA', 'CORE', 'BASELINES', 'LM', 'UNIT', 'RUNNERS', 'ASSUMED_TFLOPS', 'unit_settings', 'default_out', 'Context',
            'Partial', 'train_lm', 'ppl_table', 'delta_ps', 'lm_row', 'lm_rows', 'unit_protocols', 'unit_position',
-           'unit_che', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'unit_peers', 'unit_pretrained',
-           'unit_dape_fast', 'run_tag', 'result_path', 'is_result', 'check_lm_specs', 'reproduce', 'lm_train_flops',
-           'flop_text', 'duration_text', 'estimate_table', 'experiments_view', 'cost_view']
+           'unit_che', 'unit_che_budget', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'unit_peers',
+           'unit_pretrained', 'unit_dape_fast', 'run_tag', 'result_path', 'is_result', 'check_lm_specs', 'reproduce',
+           'lm_train_flops', 'flop_text', 'duration_text', 'estimate_table', 'experiments_view', 'cost_view']
 
 # %% ../nbs/72_reproduce.ipynb #b431fc37
 import json
 import math
+import multiprocessing
 import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
@@ -36,7 +38,7 @@ from .results import (BUDGET_NAMES, SCHEMA, UNITS, check_clean, committed_result
                              lengthx_checkout, load_results, pick, provenance_line, read_results, result_dirs,
                              result_provenance, results_overview, write_results)
 from .sweep import Budget, run_sweep
-from .tasks import CHEConfig, run_che_grid
+from .tasks import CHEConfig, run_che, run_che_grid
 from .train import TrainConfig, train_run
 
 EXTRA = ["randomized:rope", "bipe:rope", "dape:alibi", "dape:fire"]   # beyond one spec per family
@@ -80,7 +82,10 @@ UNIT = {
                    protocol=dict(n_windows=4, max_factor=4)),
         peers=dict(pes=["nope", "rope", "alibi", "learned"], shape="tiny", forward=[32, 1], train=[16, 2], reps=1,
                    threads=1, matmul_n=256),
-        dape_fast=dict(reps=1, threads=1, peak_len=256, shape="tiny", forward=[64, 1], train=[32, 2])),
+        dape_fast=dict(reps=1, threads=1, peak_len=256, shape="tiny", forward=[64, 1], train=[32, 2]),
+        che_budget=dict(tasks=["parity_check"], shapes=[[1, 2, 16]], pe="rope", randomized=True, max_pos=256,
+                        train_max_len=10, test_lens=[11], steps=8, check_every=4, batch_size=8, lr=3e-3, warmup=1,
+                        grad_clip=1.0, eval_batch=8, max_seconds=0, workers=1)),
     "cpu": dict(
         che=dict(tasks=["even_pairs", "parity_check", "reverse_string", "stack_manipulation", "missing_duplicate_string",
                         "bucket_sort"], pes=["nope", "learned", "sinusoidal", "rope", "transformer_xl", "alibi", "kerple_log",
@@ -101,9 +106,20 @@ UNIT = {
         sweep=dict(pes="default", budget="quick", protocol=dict(n_windows=256)),   # 256 windows: a stable ranking (chapter 53)
         peers=dict(pes=["nope", "rope", "alibi", "learned"], shape="small", forward=[2048, 1], train=[512, 8], reps=7,
                    threads=2, matmul_n=2048),
-        dape_fast=dict(reps=3, threads=2, peak_len=8192, shape="small", forward=[2048, 1], train=[512, 8])),   # lengthx against x-transformers and HF (chapter 71)
+        dape_fast=dict(reps=3, threads=2, peak_len=8192, shape="small", forward=[2048, 1], train=[512, 8]),
+        # how many steps each encoder shape needs to learn each CHE task at the training lengths (learning curves)
+        che_budget=dict(tasks=["even_pairs", "parity_check", "reverse_string", "stack_manipulation",
+                               "missing_duplicate_string", "bucket_sort"], shapes=[[2, 4, 64]], pe="rope", randomized=True,
+                        max_pos=2048, train_max_len=40, test_lens=[41], steps=3000, check_every=250, batch_size=128,
+                        lr=1e-3, warmup=100, grad_clip=1.0, eval_batch=64, max_seconds=0, workers=2)),
 }
 UNIT["colab"] = {**UNIT["cpu"], "sweep": dict(pes="default", budget="colab", protocol=dict(n_windows=256)),
+                 # one GPU: the forward and training step as on the CPU, plus DAPE's 350M timing (bf16, batch 1, T = 512)
+                 "dape_fast": dict(reps=10, threads=2, peak_len=8192, shape="small", forward=[2048, 1], train=[512, 8],
+                                   device="cuda", dtype="bf16", paper=["gpt2-medium", 512, 1]),
+                 # the paper's encoder beside the CPU's, 10k steps, 12 runs side by side on one GPU, each stopped at 240 s
+                 "che_budget": {**UNIT["cpu"]["che_budget"], "shapes": [[2, 4, 64], [5, 8, 64]], "steps": 10_000,
+                                "check_every": 500, "workers": 12, "max_seconds": 240},
                  "cost": {**UNIT["cpu"]["cost"], "attention": [[s, ["sdpa", "flex", "chunked"], [2048, 8192, 32768]]
                                                                 for s in ("nope", "alibi", "dape:kerple_log")]}}
 UNIT["paper"] = {**UNIT["colab"], "sweep": dict(pes="default", budget="paper", protocol=dict(n_windows=256))}
@@ -138,7 +154,7 @@ def unit_settings(unit: str, budget: str, *, seed: int = 0, corpus: str = "stdli
                 "seeds": [seed]}
     u = dict(UNIT[budget][unit])
     if unit == "cot": u["seeds"] = [seed + s for s in u["seeds"]]
-    elif unit in ("che", "recall"): u["seed"] = seed
+    elif unit in ("che", "recall", "che_budget"): u["seed"] = seed
     elif unit == "cost" and u["model"]["pes"] == "default": u["model"] = {**u["model"], "pes": _specs("default")}
     elif unit == "sweep":
         u = {**u, "pes": _specs(u["pes"]), "seed": seed, "corpus": corpus}
@@ -292,6 +308,26 @@ def unit_che(ctx: Context, S: dict, part: Partial) -> dict:
     return {"runs": res["runs"]}
 
 
+def _budget_run(cfg: CHEConfig) -> dict:
+    "One run of the budget search, in a worker process with one torch thread."
+    torch.set_num_threads(1)
+    return run_che(cfg)
+
+
+def unit_che_budget(ctx: Context, S: dict, part: Partial) -> dict:
+    "How many steps each encoder shape needs to learn each task at the training lengths: `run_che` with learning curves, `workers` runs at a time."
+    common = {k: v for k, v in S.items() if k not in ("tasks", "shapes", "workers")}
+    cfgs = {f"{t}|{L}x{H}x{W}": CHEConfig(task=t, n_layer=L, n_head=H, d_model=W, device=ctx.device, **common)
+            for t in S["tasks"] for L, H, W in S["shapes"]}
+    todo = {k: c for k, c in cfgs.items() if k not in part.items}
+    if S["workers"] > 1 and todo:   # spawned processes: each its own CUDA context, the GPU shared between them
+        with ProcessPoolExecutor(S["workers"], mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_budget_run, c): k for k, c in todo.items()}
+            for f in tqdm(as_completed(futures), total=len(futures), desc="che_budget", disable=not ctx.progress, file=sys.stderr):
+                part.get(futures[f], f.result)
+    return {"runs": {k: part.get(k, lambda c=c: run_che(c)) for k, c in cfgs.items()}}
+
+
 def unit_recall(ctx: Context, S: dict, part: Partial) -> dict:
     "Multi-query associative recall at 1x, 2x, 4x the trained number of pairs (`lengthx.recall.recall_experiment`)."
     out = {}
@@ -374,7 +410,8 @@ def unit_dape_fast(ctx: Context, S: dict, part: Partial) -> dict:
 
 RUNNERS = {"main": lm_rows, "seeds": lm_rows, "cdape": lm_rows, "baselines": lm_rows, "protocols": unit_protocols, "position": unit_position,
            "che": unit_che, "recall": unit_recall, "cot": unit_cot, "cost": unit_cost, "sweep": unit_sweep,
-           "peers": unit_peers, "dape_fast": unit_dape_fast, "pretrained": unit_pretrained}
+           "peers": unit_peers, "dape_fast": unit_dape_fast, "pretrained": unit_pretrained,
+           "che_budget": unit_che_budget}
 
 # %% ../nbs/72_reproduce.ipynb #d1143e03
 def run_tag(budget: str, seed: int = 0, corpus: str = "stdlib") -> str:

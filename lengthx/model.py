@@ -26,6 +26,7 @@ PRESETS = {
     "tiny": dict(n_layer=2, n_head=4, d_model=64),          # CI and notebooks: seconds on a CPU
     "small": dict(n_layer=6, n_head=8, d_model=512),        # ~19M parameters without embeddings
     "gpt2-small": dict(n_layer=12, n_head=12, d_model=768), # GPT-2 small's shape, the papers' size
+    "gpt2-medium": dict(n_layer=24, n_head=16, d_model=1024),  # GPT-2 medium's shape: DAPE's 350M (its time table)
 }
 PRESET_ALIASES = {"gpt2-125m": "gpt2-small"}   # earlier name: 125M counts GPT-2's 50,257-token embedding
 PRESETS.update({old: PRESETS[new] for old, new in PRESET_ALIASES.items()})
@@ -71,7 +72,7 @@ class GPTConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "GPTConfig":
-        "A named size (`tiny`, `small`, `gpt2-small`; alias `gpt2-125m`) with any field overridden."
+        "A named size (`tiny`, `small`, `gpt2-small`, `gpt2-medium`; alias `gpt2-125m`) with any field overridden."
         if name not in PRESETS: raise ValueError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
 

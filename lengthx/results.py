@@ -21,7 +21,7 @@ import lengthx
 from .data import atomic_write_json
 from .train import package_provenance
 
-UNITS = ("main", "seeds", "protocols", "position", "cdape", "baselines", "che", "recall", "cot", "cost", "sweep", "peers", "dape_fast", "pretrained")
+UNITS = ("main", "seeds", "protocols", "position", "cdape", "baselines", "che", "recall", "cot", "cost", "sweep", "peers", "dape_fast", "pretrained", "che_budget")
 BUDGET_NAMES = ("smoke", "cpu", "colab", "paper")
 SCHEMA = ("unit", "preset", "settings", "result", "provenance")   # the keys of every result file
 RESULTS_MODE = 0o644   # results are for everyone to read, like any file a command writes

@@ -30,8 +30,8 @@ from .results import provenance
 # %% auto #0
 __all__ = ['MOD', 'ARITH', 'MAB_SYMBOLS', 'EQ_SYMBOLS', 'AB', 'BITS', 'ENDED', 'LEARNED', 'FALLBACK_MARGIN', 'Task',
            'evaluate_mod', 'bracket_expression', 'add_bits', 'che_tasks', 'encoder_batch', 'che_spec', 'CHEConfig',
-           'che_loss', 'masked_accuracy', 'che_positions', 'train_che', 'eval_che', 'run_che', 'run_che_grid',
-           'learned', 'learned_or_fallback', 'che_table']
+           'che_loss', 'masked_accuracy', 'che_positions', 'learning_point', 'train_che', 'eval_che', 'run_che',
+           'run_che_grid', 'learned', 'learned_or_fallback', 'che_table']
 
 # %% ../nbs/60_che.ipynb #479d2898
 def _py_rng(generator: Optional[torch.Generator]) -> random.Random:
@@ -450,6 +450,8 @@ class CHEConfig:
     ind_lens: tuple = ()             # in-distribution check lengths; () = a quarter, half, three quarters, all of train_max_len
     seed: int = 0
     device: str = "auto"
+    check_every: int = 0             # every N steps, in-distribution accuracy into the run's curve (0: no curve)
+    max_seconds: float = 0.0         # stop training after this many seconds (0: never); the curve says how far it got
 
     def __post_init__(self):
         self.test_lens = tuple(int(L) for L in self.test_lens)
@@ -457,6 +459,7 @@ class CHEConfig:
         if self.task not in che_tasks(): raise ValueError(f"unknown task {self.task!r}; choose from {sorted(che_tasks())}")
         if self.steps < 1 or self.batch_size < 1 or self.train_max_len < 1: raise ValueError("steps, batch_size and train_max_len must be >= 1")
         if not self.test_lens or min(self.test_lens) < 1: raise ValueError(f"test lengths must be >= 1, got {self.test_lens[:5]}")
+        if self.check_every < 0 or self.max_seconds < 0: raise ValueError("check_every and max_seconds must be >= 0")
 
     @property
     def spec(self) -> str: return che_spec(self.pe, self.randomized, self.max_pos)
@@ -511,8 +514,16 @@ def _lr(step: int, cfg: CHEConfig) -> float:
     return cfg.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
 
 
-def train_che(cfg: CHEConfig, progress: bool = False) -> tuple[GPT, list[dict]]:
-    "Train an encoder on `cfg.task` with lengths U(min_length, train_max_len); returns the model and a log."
+def learning_point(model: GPT, cfg: CHEConfig, step: int, seconds: float) -> dict:
+    "One point of a learning curve: the mean in-distribution accuracy (`cfg.in_dist_lens`) after `step` steps."
+    ind = eval_che(model, cfg, cfg.in_dist_lens)
+    model.train()
+    return {"step": step, "ind": round(sum(ind.values()) / len(ind), 4), "seconds": round(seconds, 1)}
+
+
+def train_che(cfg: CHEConfig, progress: bool = False, curve: Optional[list] = None) -> tuple[GPT, list[dict]]:
+    "Train an encoder on `cfg.task` with lengths U(min_length, train_max_len); returns the model and a log (and fills `curve`)."
+    t0 = time.time()
     task, dev = che_tasks()[cfg.task], _device(cfg.device)
     torch.manual_seed(cfg.seed)
     model = GPT(cfg.model_config()).to(dev)
@@ -532,10 +543,14 @@ def train_che(cfg: CHEConfig, progress: bool = False) -> tuple[GPT, list[dict]]:
         loss.backward()
         if cfg.grad_clip: torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
-        if step % every == 0 or step == cfg.steps - 1:
+        late = bool(cfg.max_seconds) and time.time() - t0 > cfg.max_seconds   # out of time: this step is the last
+        if step % every == 0 or step == cfg.steps - 1 or late:
             c, n = masked_accuracy(task, logits.detach(), ys)
-            log.append({"step": step, "length": L, "loss": round(loss.item(), 4), "acc": round(c / n, 4)})
+            log.append({"step": step, "length": L, "loss": round(loss.item(), 4), "acc": round(c / n, 4), **({"stopped": True} if late else {})})
             if progress: print(f"  step {step:5d}  L={L:3d}  loss {loss.item():.3f}  acc {c / n:.3f}", flush=True)
+        if curve is not None and cfg.check_every and ((step + 1) % cfg.check_every == 0 or step == cfg.steps - 1 or late):
+            curve.append(learning_point(model, cfg, step + 1, time.time() - t0))
+        if late: break
     return model, log
 
 
@@ -567,7 +582,8 @@ def eval_che(model: GPT, cfg: CHEConfig, lengths: Optional[Sequence[int]] = None
 def run_che(cfg: CHEConfig, progress: bool = False) -> dict:
     "Train then evaluate one (task, PE); accuracies per test length, the score, and timings."
     t0 = time.time()
-    model, log = train_che(cfg, progress)
+    curve: list[dict] = []
+    model, log = train_che(cfg, progress, curve)
     t1 = time.time()
     acc = eval_che(model, cfg)
     ind = eval_che(model, cfg, cfg.in_dist_lens)
@@ -577,7 +593,8 @@ def run_che(cfg: CHEConfig, progress: bool = False) -> dict:
             "score": sum(acc.values()) / len(acc), "acc": {str(L): round(a, 4) for L, a in acc.items()},
             "ind": sum(ind.values()) / len(ind), "ind_acc": {str(L): round(a, 4) for L, a in ind.items()},
             "train_acc": log[-1]["acc"], "train_loss": log[-1]["loss"], "log": log,
-            "n_params": model.n_params(), "train_seconds": round(t1 - t0, 1), "eval_seconds": round(t2 - t1, 1)}
+            "n_params": model.n_params(), "train_seconds": round(t1 - t0, 1), "eval_seconds": round(t2 - t1, 1),
+            "steps_done": log[-1]["step"] + 1, **({"curve": curve} if cfg.check_every else {})}
 
 
 def _key(task: str, pe: str) -> str: return f"{task}|{pe}"

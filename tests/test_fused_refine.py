@@ -24,9 +24,9 @@ def grads_of(fn, leaves, seed=1):
     for t in leaves: t.grad = None
     out, mask = fn()
     if mask is not None: out = out.masked_fill(~mask, 0.0)
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float32).to(out.dtype)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float32).to(out.device, out.dtype)
     (out * g).sum().backward()
-    return [out.detach().float()] + [torch.zeros(1) if t.grad is None else t.grad.float().clone() for t in leaves]
+    return [out.detach().float()] + [torch.zeros(1, device=out.device) if t.grad is None else t.grad.float().clone() for t in leaves]
 
 
 def assert_close_all(got, want, rtol, atol=1e-6):
@@ -36,14 +36,15 @@ def assert_close_all(got, want, rtol, atol=1e-6):
         assert (a - b).abs().max() <= rtol * scale + atol, f"tensor {i}: max |Δ| {(a - b).abs().max():.3g} vs scale {scale:.3g}"
 
 
-def case(spec, B, H, Tq, Tk, causal, shared, dtype=torch.float32, seed=0):
+def case(spec, B, H, Tq, Tk, causal, shared, dtype=torch.float32, seed=0, device="cpu"):
     torch.manual_seed(seed)
     pe = build_pe(spec, n_heads=H, head_dim=8).to(dtype)
     for p in pe.parameters(): p.data.normal_(0, 0.3)   # not the init: every unit on both sides of its kink
-    s = torch.randn(B, H, Tq, Tk, dtype=dtype, requires_grad=True)
-    b = torch.randn(1 if shared else B, H, Tq, Tk, dtype=dtype, requires_grad=True)
+    pe = pe.to(device)
+    s = torch.randn(B, H, Tq, Tk, dtype=dtype).to(device).requires_grad_()
+    b = torch.randn(1 if shared else B, H, Tq, Tk, dtype=dtype).to(device).requires_grad_()
     bias = b if pe.inner.uses_bias else None
-    mask = causal_mask(Tq, Tk, q_offset=Tk - Tq) if causal else None
+    mask = causal_mask(Tq, Tk, q_offset=Tk - Tq).to(device) if causal else None
     return pe, s, b, bias, mask, [s, b] + list(pe.f[0].parameters())
 
 
@@ -155,3 +156,65 @@ def test_a_subclass_that_rewrites_f_keeps_its_own_forward():
     f = InputTrilOnly(8, 32, 4, 3); f.load_state_dict(pe.f[0].state_dict())
     assert fused.fused_refine(f, s + b, bias, mask, pe.variant) is None
     assert fused.fused_refine(pe.f[0], s + b, bias, mask, pe.variant) is not None
+
+
+# ---- on a GPU: the compiled Triton kernel (these run only where CUDA and triton are present; the interpreter test above
+# ---- proves the same program on every machine)
+on_gpu = pytest.mark.skipif(not torch.cuda.is_available() or fused.triton is None, reason="needs a CUDA GPU and triton")
+SHAPES = [(2, 37, 37, True, True), (1, 5, 300, True, False), (2, 129, 129, True, False), (1, 20, 20, False, True)]
+
+
+@pytest.fixture
+def exact_cuda():
+    "float32 products on the GPU without TF32 (cuDNN's convolutions use it by default), so the reference is exact float32."
+    old = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
+
+
+@on_gpu
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("B,Tq,Tk,causal,shared", SHAPES)
+def test_triton_kernel_equals_reference_on_the_gpu(spec, B, Tq, Tk, causal, shared, exact_cuda):
+    "The compiled Triton kernel, every variant and shape of the CPU kernel's test: outputs and all gradients."
+    pe, s, b, bias, mask, leaves = case(spec, B, 4, Tq, Tk, causal, shared, device="cuda")
+    assert fused.kernel_ready(s)
+    got = grads_of(lambda: (fused.fused_refine(pe.f[0], s + b, bias, mask, pe.variant), mask), leaves)
+    want = grads_of(lambda: (reference_logits(pe, s + b, bias, mask), mask), leaves)
+    assert_close_all(got, want, 1e-4)
+
+
+@on_gpu
+@pytest.mark.parametrize("spec", ["dape:kerple_log", "cdape:k=3:variant=concat:kerple_log"])
+def test_triton_bfloat16_within_tolerance(spec, exact_cuda):
+    "bf16 in and out on the GPU, float32 inside: within 2% of the float32 reference on the same bf16 inputs."
+    pe, s, b, bias, mask, _ = case(spec, 2, 4, 33, 33, True, True, dtype=torch.bfloat16, device="cuda")
+    a = (s + b).detach().requires_grad_()
+    got = grads_of(lambda: (fused.fused_refine(pe.f[0], a, b, mask, pe.variant), mask), [a, b] + list(pe.f[0].parameters()))
+    assert a.grad.dtype == b.grad.dtype == torch.bfloat16
+    pe32 = pe.float()
+    a32, b32 = a.detach().float().requires_grad_(), b.detach().float().requires_grad_()
+    want = grads_of(lambda: (reference_logits(pe32, a32, b32, mask), mask), [a32, b32] + list(pe32.f[0].parameters()))
+    assert_close_all(got, want, 2e-2)
+
+
+@on_gpu
+@pytest.mark.parametrize("spec", ["dape:kerple_log", "cdape:k=3:kerple_log", "dape:variant=concat:fire"])
+@pytest.mark.parametrize("path", ["naive", "chunked"])
+def test_triton_attention_gradients_match_eager(spec, path, monkeypatch, exact_cuda):
+    "Through attention on the GPU: output and the gradients of q, k, v and every parameter, Triton kernel against eager."
+    torch.manual_seed(0)
+    pe = build_pe(spec, n_heads=4, head_dim=8, max_len=64).cuda()
+    q, k, v = (torch.randn(2, 4, 45, 8, device="cuda", requires_grad=True) for _ in range(3))
+    pos = Positions.arange(2, 45, device="cuda")
+    leaves = [q, k, v] + list(pe.parameters())
+    calls = []
+    real = fused.FusedRefine.apply
+    monkeypatch.setattr(fused.FusedRefine, "apply", lambda *a: calls.append(1) or real(*a))
+    run = lambda: (attention(q, k, v, pe, pos, path=path, block=16), None)
+    got = grads_of(run, leaves)
+    assert len(calls) == (6 if path == "chunked" else 1)
+    with fused.eager_refine():
+        want = grads_of(run, leaves)
+    assert_close_all(got, want, 1e-4, atol=1e-5)
