@@ -670,5 +670,6 @@ def triton_refine_backward(go, x, y, lim, w1, b1, w2, gamma, slope, want_y, inte
     ys = (0, 0, 0, 0) if y is None else (y.stride(0) if y.shape[0] > 1 else 0, *y.stride()[1:])
     bwd[(triton.cdiv(Tk, block), Tq)](go, x, yy, lim, w1, b1, w2, gx, gy, gw1, gb1, gw2, gb2, B, Tq, Tk, *x.stride()[:3], *ys,
                                       float(gamma), float(slope), CX=H, CY=cin - H, D=D, K=K, CP=_p2(cin), DP=_p2(D), HP=_p2(H),
-                                      BK=block, SHARED_Y=bool(y is not None and y.shape[0] == 1 and B > 1), WANT_Y=want_y)
+                                      BK=block, SHARED_Y=bool(y is not None and y.shape[0] == 1 and B > 1), WANT_Y=want_y,
+                                      num_stages=1)   # no software pipelining: CDAPE's unrolled taps would need 472 KiB of shared memory
     return [gx, gy if want_y else None, gw1, gb1[:, 0], gw2, gb2[:, 0]]
