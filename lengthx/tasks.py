@@ -8,12 +8,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import platform
 import random
 import subprocess
 import sys
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -31,7 +33,7 @@ from .results import provenance
 __all__ = ['MOD', 'ARITH', 'MAB_SYMBOLS', 'EQ_SYMBOLS', 'AB', 'BITS', 'ENDED', 'LEARNED', 'FALLBACK_MARGIN', 'Task',
            'evaluate_mod', 'bracket_expression', 'add_bits', 'che_tasks', 'encoder_batch', 'che_spec', 'CHEConfig',
            'che_loss', 'masked_accuracy', 'che_positions', 'learning_point', 'train_che', 'eval_che', 'run_che',
-           'run_che_grid', 'learned', 'learned_or_fallback', 'che_table']
+           'run_che_many', 'run_che_grid', 'learned', 'learned_or_fallback', 'che_table']
 
 # %% ../nbs/60_che.ipynb #479d2898
 def _py_rng(generator: Optional[torch.Generator]) -> random.Random:
@@ -600,9 +602,32 @@ def run_che(cfg: CHEConfig, progress: bool = False) -> dict:
 def _key(task: str, pe: str) -> str: return f"{task}|{pe}"
 
 
+def _one_thread_run(cfg: CHEConfig) -> dict:
+    "`run_che` in a worker process, with one torch thread (the workers share the cores)."
+    torch.set_num_threads(1)
+    return run_che(cfg)
+
+
+def run_che_many(cfgs: dict[str, CHEConfig], workers: int = 1, done: Callable[[str, dict], None] = lambda key, run: None,
+                 progress: bool = False) -> dict[str, dict]:
+    "Run each config of `cfgs` (key → CHEConfig): here in order (workers = 1), or `workers` at a time in spawned processes; `done(key, run)` after each."
+    out = {}
+    if workers <= 1:
+        for key, cfg in cfgs.items():
+            out[key] = run_che(cfg, progress)
+            done(key, out[key])
+        return out
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:   # each its own CUDA context on a GPU
+        futures = {pool.submit(_one_thread_run, cfg): key for key, cfg in cfgs.items()}
+        for f in as_completed(futures):
+            out[futures[f]] = f.result()
+            done(futures[f], out[futures[f]])
+    return {key: out[key] for key in cfgs}
+
+
 def run_che_grid(tasks: Sequence[str], pes: Sequence[str], base: CHEConfig, out: Optional[str | Path] = None, *,
-                 command: str = "", progress: bool = True) -> dict:
-    "Run every (task, PE) pair with the settings of `base`; the JSON at `out` is rewritten after each pair."
+                 command: str = "", progress: bool = True, workers: int = 1) -> dict:
+    "Run every (task, PE) pair with the settings of `base`, `workers` at a time; the JSON at `out` is rewritten after each pair."
     known = che_tasks()
     for t in tasks:
         if t not in known: raise ValueError(f"unknown task {t!r}; choose from {sorted(known)}")
@@ -618,19 +643,22 @@ def run_che_grid(tasks: Sequence[str], pes: Sequence[str], base: CHEConfig, out:
         if old.get("settings") != settings: raise ValueError(f"{path} holds runs with other settings; use another --out")
         res["runs"], before = old.get("runs", {}), old.get("wall_seconds", 0.0)
     t_start = time.time()
-    for t in tasks:
-        for pe in pes:
-            if _key(t, pe) in res["runs"]: continue
-            cfg = CHEConfig(**{**asdict(base), "task": t, "pe": pe})
-            r = run_che(cfg, progress)
-            res["runs"][_key(t, pe)] = r
-            if progress:
-                print(f"{t:28s} {pe:22s} score {100 * r['score']:6.2f}  (in distribution {100 * r['ind']:5.1f}, "
-                      f"{r['train_seconds']:.0f}s + {r['eval_seconds']:.0f}s)", flush=True)
-            res["wall_seconds"] = round(before + time.time() - t_start, 1)
-            if path:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(".tmp"); tmp.write_text(json.dumps(res, indent=1)); os.replace(tmp, path)
+
+    def keep(key: str, r: dict) -> None:
+        res["runs"][key] = r
+        if progress:
+            print(f"{r['task']:28s} {r['pe']:22s} score {100 * r['score']:6.2f}  (in distribution {100 * r['ind']:5.1f}, "
+                  f"{r['train_seconds']:.0f}s + {r['eval_seconds']:.0f}s)", flush=True)
+        res["wall_seconds"] = round(before + time.time() - t_start, 1)
+        if path:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp"); tmp.write_text(json.dumps(res, indent=1)); os.replace(tmp, path)
+
+    todo = {_key(t, pe): CHEConfig(**{**asdict(base), "task": t, "pe": pe}) for t in tasks for pe in pes
+            if _key(t, pe) not in res["runs"]}
+    run_che_many(todo, workers, keep, progress and workers <= 1)
+    rank = {_key(t, pe): i for i, (t, pe) in enumerate((t, pe) for t in tasks for pe in pes)}
+    res["runs"] = dict(sorted(res["runs"].items(), key=lambda kv: rank.get(kv[0], -1)))   # earlier runs, then this grid's order
     res["wall_seconds"] = round(before + time.time() - t_start, 1)
     if path:
         tmp = path.with_suffix(".tmp"); tmp.write_text(json.dumps(res, indent=1)); os.replace(tmp, path)

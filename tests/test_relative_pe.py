@@ -134,7 +134,9 @@ def test_transformer_xl_shift_and_lookup_branches_agree():
     "Consecutive positions take the shift, sampled ones the lookup: both equal (q+v)·W_R R_{i−j} pair by pair."
     pe = perturbed("transformer_xl")
     q, _, _ = qkv(T=10)
-    for pos in (Positions.arange(2, 10, offset=3), Positions(torch.tensor([0, 1, 4, 5, 9, 10, 11, 20, 21, 40]).expand(2, 10))):
+    # consecutive: the shift; spread wide: W_R R per pair ([1, H, T, D, T] < [B, H, T, N]); one gap: q against each distance
+    for pos in (Positions.arange(2, 10, offset=3), Positions(torch.tensor([0, 1, 4, 5, 9, 10, 11, 20, 21, 40]).expand(2, 10)),
+                Positions(torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 10]).expand(2, 10))):
         got = pe.position_scores(q, pos, pos)
         t = pos.token[0]
         want = torch.zeros_like(got)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+from einops import rearrange
 from torch import Tensor, nn
 
 from ..attention import PE, PEContext, Positions, consecutive, register_pe
@@ -101,7 +102,11 @@ class TransformerXLPE(PE):
         delta = -relative_positions(pos_q, pos_k)                                        # i − j, [B', Tq, Tk]
         top, low = int(delta.max()), int(delta.min())
         grid = torch.arange(top, low - 1, -1, device=qv.device)
-        x = torch.einsum("bhqd,hnd->bhqn", qv, self.r_heads(grid, layer).to(qv.dtype))
+        r = self.r_heads(grid, layer).to(qv.dtype)                                       # [H, N, D], N = top − low + 1
+        if delta.shape[0] * tk * qv.shape[-1] < qv.shape[0] * len(grid):   # the smaller intermediate: few keys, distances spread wide (randomized positions): W_R R per pair
+            per_pair = rearrange(r[:, top - delta], "h b q k d -> b h q d k")            # [B', H, Tq, D, Tk]
+            return (qv[:, :, :, None] @ per_pair).squeeze(-2)                             # batch B' broadcast to B
+        x = torch.einsum("bhqd,hnd->bhqn", qv, r)
         return x.gather(-1, (top - delta)[:, None].expand(qv.shape[0], qv.shape[1], -1, -1))
 
     def logits(self, q: Tensor, k: Tensor, pos_q: Positions, pos_k: Positions, scale: float, layer: int = 0) -> Tensor:
