@@ -484,8 +484,8 @@ def dape_peak_cuda_mib(T: int, eager: bool, shape: str = "small", dtype: str = "
 
 def dape_fast_measure(reps: int = 3, threads: int = 2, peak_len: int = 8192, shape: str = "small",
                       forward: tuple = (2048, 1), train: tuple = (512, 8), device: str = "cpu", dtype: str = "float32",
-                      paper: Optional[Sequence] = None) -> dict:
-    "Chapter 43's measurement: forward and training step side by side (kernel, eager, FIRE's two masks), the FLOP floors, DAPE's peak memory, the load average; `paper`: (shape, T, B) of the papers' own time table."
+                      paper: Optional[Sequence] = None, step: Callable = lambda key, make: make()) -> dict:
+    "Chapter 43's measurement: forward and training step side by side (kernel, eager, FIRE's two masks), the FLOP floors, DAPE's peak memory, the load average; `paper`: (shape, T, B) of the papers' own time table; `step(key, make)` keeps each part (resumable)."
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     cuda = str(device).startswith("cuda")
@@ -496,17 +496,18 @@ def dape_fast_measure(reps: int = 3, threads: int = 2, peak_len: int = 8192, sha
         if cuda: res["gpu"] = torch.cuda.get_device_name(0)
         run = lambda mode, T, B, shp=shape, names=None: dape_fast_timings(mode, T, B, reps, shp, device, dtype, names)
         (Tf, Bf), (Tt, Bt) = forward, train
-        res["forward"] = {"T": Tf, "B": Bf, "times": run("forward", Tf, Bf), "limits": dape_fast_limits(Tf, Bf, shape)}
+        res["forward"] = step("forward", lambda: {"T": Tf, "B": Bf, "times": run("forward", Tf, Bf), "limits": dape_fast_limits(Tf, Bf, shape)})
         res["load"]["after_forward"] = list(os.getloadavg())
-        res["train"] = {"T": Tt, "B": Bt, "times": run("train", Tt, Bt), "limits": dape_fast_limits(Tt, Bt, shape)}
+        res["train"] = step("train", lambda: {"T": Tt, "B": Bt, "times": run("train", Tt, Bt), "limits": dape_fast_limits(Tt, Bt, shape)})
         res["load"]["after_train"] = list(os.getloadavg())
         if paper:   # the papers' setting: their model size, batch 1, the training length; their rows
             pshape, pT, pB = paper
             res["paper"] = {"shape": pshape, "T": pT, "B": pB, "limits": dape_fast_limits(pT, pB, pshape),
-                            **{mode: {"times": run(mode, pT, pB, pshape, PAPER_TIMED)} for mode in ("forward", "train")}}
+                            **{mode: step(f"paper {mode}", lambda mode=mode: {"times": run(mode, pT, pB, pshape, PAPER_TIMED)})
+                               for mode in ("forward", "train")}}
         peak = (lambda e: dape_peak_cuda_mib(peak_len, e, shape, dtype, device)) if cuda else \
                (lambda e: dape_peak_mib(peak_len, e, threads, shape))
-        res["peak_mib"] = {"T": peak_len, "eager": peak(True), "fused": peak(False)}
+        res["peak_mib"] = step("peak", lambda: {"T": peak_len, "eager": peak(True), "fused": peak(False)})
         res["load"]["end"] = list(os.getloadavg())
         return res
     finally:

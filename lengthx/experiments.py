@@ -113,7 +113,7 @@ UNIT = {
 }
 UNIT["colab"] = {**UNIT["cpu"], "sweep": dict(pes="default", budget="colab", protocol=dict(n_windows=256)),
                  # one GPU: the forward and training step as on the CPU, plus DAPE's 350M timing (bf16, batch 1, T = 512)
-                 "dape_fast": dict(reps=10, threads=2, peak_len=8192, shape="small", forward=[2048, 1], train=[512, 8],
+                 "dape_fast": dict(reps=5, threads=2, peak_len=8192, shape="small", forward=[2048, 1], train=[512, 8],
                                    device="cuda", dtype="bf16", paper=["gpt2-medium", 512, 1]),
                  # the paper's encoder beside the CPU's, 10k steps, 12 runs side by side on one GPU, each stopped at 240 s
                  "che_budget": {**UNIT["cpu"]["che_budget"], "shapes": [[2, 4, 64], [5, 8, 64]], "steps": 10_000,
@@ -396,7 +396,7 @@ def unit_pretrained(ctx: Context, S: dict, part: Partial) -> dict:
 
 def unit_dape_fast(ctx: Context, S: dict, part: Partial) -> dict:
     "Chapter 43's measurement of the fused refine kernel (`lengthx.bench.dape_fast_measure`)."
-    return dape_fast_measure(**S)
+    return dape_fast_measure(**S, step=part.get)
 
 
 RUNNERS = {"main": lm_rows, "seeds": lm_rows, "cdape": lm_rows, "baselines": lm_rows, "protocols": unit_protocols, "position": unit_position,

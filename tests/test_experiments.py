@@ -213,6 +213,19 @@ def test_every_committed_result_names_a_clean_commit_that_holds_its_code():
             r = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{prov['git_sha']}:lengthx/experiments.py"],
                                capture_output=True)
             assert r.returncode == 0, f"{p.name}: commit {prov['git_sha'][:10]} does not hold lengthx/experiments.py"
+            assert prov["source_sha256"] == source_hash_at(prov["git_sha"]), f"{p.name}: not made by lengthx/ at {prov['git_sha'][:10]}"
+
+
+def source_hash_at(sha: str) -> str:
+    "package_provenance's SHA-256 of lengthx/*.py, computed from the files of commit `sha` (not from the working tree)."
+    import hashlib
+    names = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "-r", "--name-only", sha, "lengthx/"], capture_output=True,
+                           text=True, check=True).stdout.split()
+    h = hashlib.sha256()
+    for name in sorted((n for n in names if n.endswith(".py")), key=lambda n: n[len("lengthx/"):]):
+        data = subprocess.run(["git", "-C", str(ROOT), "show", f"{sha}:{name}"], capture_output=True, check=True).stdout
+        h.update(name[len("lengthx/"):].encode() + b"\0" + data + b"\0")
+    return h.hexdigest()
 
 
 def test_committed_results_are_downloaded_for_a_run_without_a_checkout(tmp_path, monkeypatch):

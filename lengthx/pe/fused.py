@@ -10,6 +10,7 @@ import hashlib
 import os
 import sys
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Optional
@@ -28,10 +29,10 @@ except ImportError:
     triton = tl = InterpretedFunction = None
 
 # %% auto #0
-__all__ = ['CPP_SOURCE', 'KERNEL_ENV', 'BUILD_FLAGS', 'kernel_enabled', 'eager_refine', 'cpu_kernel', 'build_info',
-           'visible_counts', 'kernel_weights', 'fold_bias_weights', 'cpu_refine_forward', 'cpu_refine_backward',
-           'FusedRefine', 'kernel_ready', 'fused_refine', 'triton_kernels', 'triton_refine_forward',
-           'triton_refine_backward']
+__all__ = ['CPP_SOURCE', 'KERNEL_ENV', 'BUILD_FLAGS', 'LAUNCH', 'SM90_SHARED', 'kernel_enabled', 'eager_refine', 'cpu_kernel',
+           'build_info', 'visible_counts', 'kernel_weights', 'fold_bias_weights', 'cpu_refine_forward',
+           'cpu_refine_backward', 'FusedRefine', 'kernel_ready', 'fused_refine', 'triton_kernels',
+           'triton_refine_forward', 'triton_refine_backward', 'kernel_shared_bytes']
 
 # %% ../../nbs/43_dape_fast.ipynb #882b105c
 CPP_SOURCE = r"""#include <algorithm>
@@ -627,6 +628,9 @@ def _refine_bwd_tl(GO, X, Y, LIM, W1, B1, W2, GX, GY, GW1, GB1, GW2, GB2, B, Tq,
 
 
 _TRITON: dict = {}
+# launch options: the backward without software pipelining, whose buffers for CDAPE's unrolled taps overflow shared memory
+LAUNCH = {"fwd": {}, "bwd": {"num_stages": 1}}
+SM90_SHARED = 232_448   # bytes of shared memory one program may use on an H100/H200 (227 KiB)
 
 
 def triton_kernels(interpret: bool = False) -> tuple:
@@ -652,7 +656,7 @@ def triton_refine_forward(x, y, lim, w1, b1, w2, b2, gamma, slope, interpret=Fal
     yy = x if y is None else y
     ys = (0, 0, 0, 0) if y is None else (y.stride(0) if y.shape[0] > 1 else 0, *y.stride()[1:])
     fwd[(triton.cdiv(Tk, block), Tq, B)](x, yy, lim, w1, b1, w2, b2, out, Tq, Tk, *x.stride()[:3], *ys, float(gamma), float(slope),
-                                          CX=H, CY=cin - H, D=D, K=K, CP=_p2(cin), DP=_p2(D), HP=_p2(H), BK=block)
+                                          CX=H, CY=cin - H, D=D, K=K, CP=_p2(cin), DP=_p2(D), HP=_p2(H), BK=block, **LAUNCH["fwd"])
     return out
 
 
@@ -671,5 +675,24 @@ def triton_refine_backward(go, x, y, lim, w1, b1, w2, gamma, slope, want_y, inte
     bwd[(triton.cdiv(Tk, block), Tq)](go, x, yy, lim, w1, b1, w2, gx, gy, gw1, gb1, gw2, gb2, B, Tq, Tk, *x.stride()[:3], *ys,
                                       float(gamma), float(slope), CX=H, CY=cin - H, D=D, K=K, CP=_p2(cin), DP=_p2(D), HP=_p2(H),
                                       BK=block, SHARED_Y=bool(y is not None and y.shape[0] == 1 and B > 1), WANT_Y=want_y,
-                                      num_stages=1)   # no software pipelining: CDAPE's unrolled taps would need 472 KiB of shared memory
+                                      **LAUNCH["bwd"])
     return [gx, gy if want_y else None, gw1, gb1[:, 0], gw2, gb2[:, 0]]
+
+
+def kernel_shared_bytes(kind: str, h: int, k: int, cy: Optional[int] = None, d: int = 32, block: int = 64, arch: int = 90,
+                        **options) -> int:
+    "Shared memory one program of the forward ('fwd') or backward ('bwd') kernel needs on an NVIDIA GPU of compute capability `arch`: compiled here by Triton's own ptxas, no GPU needed; `options` override the launch's."
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    fn = triton.jit(_refine_fwd_tl if kind == "fwd" else _refine_bwd_tl)
+    cy = h if cy is None else cy
+    consts = dict(CX=h, CY=cy, D=d, K=k, CP=_p2(h + cy), DP=_p2(d), HP=_p2(h), BK=block)
+    if kind == "bwd": consts.update(SHARED_Y=True, WANT_Y=True)
+    pointers = {"X", "Y", "W1", "B1", "W2", "B2", "OUT", "GO", "GX", "GY", "GW1", "GB1", "GW2", "GB2"}
+    types = {"LIM": "*i64", "gamma": "fp32", "slope": "fp32", **{a: "*fp32" for a in pointers}}   # the rest: sizes, strides
+    args = list(fn.arg_names)
+    sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in args}
+    src = ASTSource(fn, sig, constexprs={(args.index(a),): v for a, v in consts.items()})
+    with warnings.catch_warnings():   # Triton 3.9 warns once that a default of its own will change; not ours to set
+        warnings.simplefilter("ignore", UserWarning)
+        return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={**LAUNCH[kind], **options}).metadata.shared
