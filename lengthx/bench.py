@@ -5,9 +5,10 @@
 # %% auto #0
 __all__ = ['PEER_PES', 'MODES', 'INSTALL_HINT', 'DAPE_FAST_SPECS', 'PAPER_TIMED', 'bench_attention', 'bench_model',
            'long_eval_rows', 'growth_exponent', 'swiglu_hidden', 'lengthx_model', 'xtransformers_model', 'hf_models',
-           'param_counts', 'logits_of', 'peer_models', 'train_step', 'forward_step', 'interleaved_times', 'spread',
-           'matmul_peak_gflops', 'bench_peers', 'peers_table', 'params_table', 'roofline_figure', 'dape_fast_timings',
-           'dape_fast_limits', 'dape_peak_mib', 'dape_peak_cuda_mib', 'dape_fast_measure', 'compile_speedups']
+           'param_counts', 'logits_of', 'peer_models', 'half_precision', 'train_step', 'forward_step',
+           'interleaved_times', 'spread', 'matmul_peak_gflops', 'bench_peers', 'peers_table', 'params_table',
+           'roofline_figure', 'dape_fast_timings', 'dape_fast_limits', 'dape_peak_mib', 'dape_peak_cuda_mib',
+           'dape_fast_measure', 'compile_speedups']
 
 # %% ../nbs/71_cost.ipynb #99ac4ef3
 import json
@@ -230,20 +231,28 @@ def peer_models(pe: str, shape: str = "small", length: int = 2048) -> list[dict]
     return rows
 
 # %% ../nbs/71_cost.ipynb #47d5fb0c
-def train_step(model, idx) -> None:
+def half_precision(amp: bool):
+    "bf16 autocast on the GPU when `amp` (forward passes only: backward runs in the dtypes the forward chose), else nothing."
+    import contextlib, torch
+    return torch.autocast("cuda", dtype=torch.bfloat16) if amp else contextlib.nullcontext()
+
+
+def train_step(model, idx, amp: bool = False) -> None:
     "One training step without the optimizer: forward, the same next-byte cross-entropy for all, backward, fresh grads."
     import torch.nn.functional as F
     model.train()
-    logits = logits_of(model, idx)
-    F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), idx[:, 1:].flatten()).backward()
+    with half_precision(amp):
+        logits = logits_of(model, idx)
+        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), idx[:, 1:].flatten())
+    loss.backward()
     model.zero_grad(set_to_none=True)
 
 
-def forward_step(model, idx) -> None:
+def forward_step(model, idx, amp: bool = False) -> None:
     "One evaluation forward: eval mode, no gradients."
     import torch
     model.eval()
-    with torch.no_grad(): logits_of(model, idx)
+    with torch.no_grad(), half_precision(amp): logits_of(model, idx)
 
 
 def interleaved_times(calls: dict, reps: int, sync: Callable = lambda: None, bar=None) -> dict:
@@ -404,12 +413,9 @@ def _with_dense_fire(fn):
     return run
 
 
-def _in_dtype(fn, device: str, dtype: str):
-    "fn under bf16 autocast when asked for on a GPU (the papers time in half precision), else as it is."
-    if dtype != "bf16" or not str(device).startswith("cuda"): return fn
-    def run():
-        with torch.autocast("cuda", dtype=torch.bfloat16): fn()
-    return run
+def _amp(device: str, dtype: str) -> bool:
+    "Whether to time under bf16 autocast: asked for, and on a GPU (the papers time in half precision)."
+    return dtype == "bf16" and str(device).startswith("cuda")
 
 
 def dape_fast_timings(mode: str, T: int, B: int, reps: int, shape: str = "small", device: str = "cpu",
@@ -426,7 +432,7 @@ def dape_fast_timings(mode: str, T: int, B: int, reps: int, shape: str = "small"
         models["kerple (chunked path)"].cfg.attn_path = "chunked"
     calls = {}
     for n, m in models.items():
-        fn = _in_dtype(lambda m=m: step(m, idx), device, dtype)
+        fn = lambda m=m: step(m, idx, _amp(device, dtype))
         calls[n] = fn
         if n in ("dape", "cdape"): calls[n + " (eager)"] = _with_eager(fn)
         if n == "fire" and default: calls["fire (dense mask)"] = _with_dense_fire(fn)
@@ -475,11 +481,12 @@ def dape_peak_cuda_mib(T: int, eager: bool, shape: str = "small", dtype: str = "
     "GPU memory one DAPE-Kerple forward at T tokens allocates at its peak beyond the model's own (MiB)."
     m = lengthx_model("dape:kerple_log", shape, T).to(device)
     idx = torch.randint(0, 256, (1, T), device=device)
-    fn = _in_dtype(lambda: forward_step(m, idx), device, dtype)
+    fn = lambda n=T: forward_step(m, idx[:, :n], _amp(device, dtype))
     if eager: fn = _with_eager(fn)
-    torch.cuda.synchronize(); base = torch.cuda.memory_allocated(); torch.cuda.reset_peak_memory_stats()
-    fn(); torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - base) / 2**20
+    fn(64)                                     # warm-up: the libraries' one-time workspaces are not the forward's
+    torch.cuda.synchronize(device); base = torch.cuda.memory_allocated(device); torch.cuda.reset_peak_memory_stats(device)
+    fn(); torch.cuda.synchronize(device)
+    return (torch.cuda.max_memory_allocated(device) - base) / 2**20
 
 
 def dape_fast_measure(reps: int = 3, threads: int = 2, peak_len: int = 8192, shape: str = "small",
@@ -493,7 +500,7 @@ def dape_fast_measure(reps: int = 3, threads: int = 2, peak_len: int = 8192, sha
         build = {"triton": getattr(fused.triton, "__version__", None)} if cuda else (fused.cpu_kernel(), fused.build_info())[1]
         res = {"threads": threads, "reps": reps, "preset": shape, "device": str(device), "dtype": dtype, "build": build,
                "load": {"start": list(os.getloadavg())}}
-        if cuda: res["gpu"] = torch.cuda.get_device_name(0)
+        if cuda: res["gpu"] = torch.cuda.get_device_name(torch.device(device))
         run = lambda mode, T, B, shp=shape, names=None: dape_fast_timings(mode, T, B, reps, shp, device, dtype, names)
         (Tf, Bf), (Tt, Bt) = forward, train
         res["forward"] = step("forward", lambda: {"T": Tf, "B": Bf, "times": run("forward", Tf, Bf), "limits": dape_fast_limits(Tf, Bf, shape)})

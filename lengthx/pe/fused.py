@@ -681,7 +681,7 @@ def triton_refine_backward(go, x, y, lim, w1, b1, w2, gamma, slope, want_y, inte
 
 def kernel_shared_bytes(kind: str, h: int, k: int, cy: Optional[int] = None, d: int = 32, block: int = 64, arch: int = 90,
                         **options) -> int:
-    "Shared memory one program of the forward ('fwd') or backward ('bwd') kernel needs on an NVIDIA GPU of compute capability `arch`: compiled here by Triton's own ptxas, no GPU needed; `options` override the launch's."
+    "Shared memory one program of the forward ('fwd') or backward ('bwd') kernel needs on an NVIDIA GPU of compute capability `arch`, as Triton allocates it: compiled here (Triton ships the assembler), no GPU needed; `options` override the launch's."
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     fn = triton.jit(_refine_fwd_tl if kind == "fwd" else _refine_bwd_tl)

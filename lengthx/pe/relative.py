@@ -104,8 +104,9 @@ class TransformerXLPE(PE):
         grid = torch.arange(top, low - 1, -1, device=qv.device)
         r = self.r_heads(grid, layer).to(qv.dtype)                                       # [H, N, D], N = top − low + 1
         if delta.shape[0] * tk * qv.shape[-1] < qv.shape[0] * len(grid):   # the smaller intermediate: few keys, distances spread wide (randomized positions): W_R R per pair
-            per_pair = rearrange(r[:, top - delta], "h b q k d -> b h q d k")            # [B', H, Tq, D, Tk]
-            return (qv[:, :, :, None] @ per_pair).squeeze(-2)                             # batch B' broadcast to B
+            per_pair = r[:, top - delta]                                                 # [H, B', Tq, Tk, D]
+            if delta.shape[0] == 1: return torch.einsum("bhqd,hqkd->bhqk", qv, per_pair[:, 0])   # one copy for every row
+            return torch.einsum("bhqd,hbqkd->bhqk", qv, per_pair)
         x = torch.einsum("bhqd,hnd->bhqn", qv, r)
         return x.gather(-1, (top - delta)[:, None].expand(qv.shape[0], qv.shape[1], -1, -1))
 
