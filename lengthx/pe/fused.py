@@ -32,7 +32,7 @@ except ImportError:
 __all__ = ['CPP_SOURCE', 'KERNEL_ENV', 'BUILD_FLAGS', 'LAUNCH', 'SM90_SHARED', 'kernel_enabled', 'eager_refine', 'cpu_kernel',
            'build_info', 'visible_counts', 'kernel_weights', 'fold_bias_weights', 'cpu_refine_forward',
            'cpu_refine_backward', 'FusedRefine', 'kernel_ready', 'fused_refine', 'triton_kernels',
-           'triton_refine_forward', 'triton_refine_backward', 'kernel_shared_bytes']
+           'triton_refine_forward', 'triton_refine_backward', 'default_stages', 'kernel_shared_bytes']
 
 # %% ../../nbs/43_dape_fast.ipynb #882b105c
 CPP_SOURCE = r"""#include <algorithm>
@@ -677,6 +677,12 @@ def triton_refine_backward(go, x, y, lim, w1, b1, w2, gamma, slope, want_y, inte
                                       BK=block, SHARED_Y=bool(y is not None and y.shape[0] == 1 and B > 1), WANT_Y=want_y,
                                       **LAUNCH["bwd"])
     return [gx, gy if want_y else None, gw1, gb1[:, 0], gw2, gb2[:, 0]]
+
+
+def default_stages() -> int:
+    "Triton's default number of software-pipeline stages on NVIDIA GPUs (what a launch without `num_stages` gets)."
+    from triton.backends.nvidia.compiler import CUDAOptions
+    return CUDAOptions.num_stages
 
 
 def kernel_shared_bytes(kind: str, h: int, k: int, cy: Optional[int] = None, d: int = 32, block: int = 64, arch: int = 90,
