@@ -235,7 +235,11 @@ def test_sigterm_kill_of_a_subprocess_then_resume(tmp_path):
     c = cfg(steps=100000, ckpt_every=1000)
     _, resumed = train(MODEL, c, tokens=TOKENS, run_dir=run, progress=False, stop_after=step + 3)
     _, straight = train(MODEL, c, tokens=TOKENS, progress=False, stop_after=step + 3)
-    assert losses(resumed) == losses(straight)
+    # the first steps of `resumed` ran in the killed process, those of `straight` in this one: a test worker that has loaded
+    # other native code (OpenMP runtimes) may round a few float32 sums differently, so equal to float32 precision here;
+    # a broken resume (wrong data order, optimizer state or step) differs in the first digits
+    assert losses(resumed) == pytest.approx(losses(straight), rel=1e-6)
+    assert len(losses(resumed)) == len(losses(straight)) == step + 3
 
 
 def test_a_different_run_is_refused(tmp_path):
