@@ -36,7 +36,7 @@ from .results import (BUDGET_NAMES, SCHEMA, UNITS, check_clean, committed_result
                              lengthx_checkout, load_results, pick, provenance_line, read_results, result_dirs,
                              result_provenance, results_overview, write_results)
 from .sweep import Budget, run_sweep
-from .tasks import CHEConfig, run_che_grid, run_che_many
+from .tasks import CHEConfig, che_tasks, run_che_grid, run_che_many
 from .train import TrainConfig, train_run
 
 EXTRA = ["randomized:rope", "bipe:rope", "dape:alibi", "dape:fire"]   # beyond one spec per family
@@ -106,9 +106,9 @@ UNIT = {
                    threads=2, matmul_n=2048),
         dape_fast=dict(reps=3, threads=2, peak_len=8192, shape="small", forward=[2048, 1], train=[512, 8]),
         # how many steps each encoder shape needs to learn each CHE task at the training lengths (learning curves)
-        che_budget=dict(tasks=["even_pairs", "parity_check", "reverse_string", "stack_manipulation",
-                               "missing_duplicate_string", "bucket_sort"], shapes=[[2, 4, 64]], pe="rope", randomized=True,
-                        max_pos=2048, train_max_len=40, test_lens=[41], steps=3000, check_every=250, batch_size=128,
+        # all fifteen tasks, one CPU-sized encoder, a 4000-step schedule on two worker processes (about 45 minutes)
+        che_budget=dict(tasks=list(che_tasks()), shapes=[[2, 4, 64]], pe="rope", randomized=True,
+                        max_pos=2048, train_max_len=40, test_lens=[41], steps=4000, check_every=250, batch_size=128,
                         lr=1e-3, warmup=100, grad_clip=1.0, eval_batch=64, max_seconds=0, workers=2)),
 }
 UNIT["colab"] = {**UNIT["cpu"], "sweep": dict(pes="default", budget="colab", protocol=dict(n_windows=256)),
@@ -117,6 +117,8 @@ UNIT["colab"] = {**UNIT["cpu"], "sweep": dict(pes="default", budget="colab", pro
                                    device="cuda", dtype="bf16", paper=["gpt2-medium", 512, 1]),
                  # the paper's encoder beside the CPU's, 10k steps, 12 runs side by side on one GPU, each stopped at 240 s
                  "che_budget": {**UNIT["cpu"]["che_budget"], "shapes": [[2, 4, 64], [5, 8, 64]], "steps": 10_000,
+                                "tasks": ["even_pairs", "parity_check", "reverse_string", "stack_manipulation",
+                                          "missing_duplicate_string", "bucket_sort"],
                                 "check_every": 500, "workers": 12, "max_seconds": 240},
                  "cost": {**UNIT["cpu"]["cost"], "attention": [[s, ["sdpa", "flex", "chunked"], [2048, 8192, 32768]]
                                                                 for s in ("nope", "alibi", "dape:kerple_log")]}}
