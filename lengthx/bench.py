@@ -396,19 +396,19 @@ DAPE_FAST_SPECS = {"nope": "nope", "rope": "rope", "t5": "t5", "alibi": "alibi",
 PAPER_TIMED = ("rope", "t5", "alibi", "kerple", "fire", "dape", "cdape")   # the rows of DAPE's Table 1 and CDAPE's appendix K
 
 
-def _with_eager(fn):
+def _with_eager(fn: Callable) -> Callable:
     "fn with DAPE's fused kernel switched off (the eager form of f)."
-    def run():
-        with fused.eager_refine(): fn()
+    def run(*args, **kwargs):
+        with fused.eager_refine(): return fn(*args, **kwargs)
     return run
 
 
-def _with_dense_fire(fn):
+def _with_dense_fire(fn: Callable) -> Callable:
     "fn with FIRE's bias as a dense [H, T, T] mask (as before its Toeplitz form)."
-    def run():
+    def run(*args, **kwargs):
         orig = FirePE.toeplitz
         FirePE.toeplitz = lambda self, pos: False
-        try: fn()
+        try: return fn(*args, **kwargs)
         finally: FirePE.toeplitz = orig
     return run
 
@@ -496,8 +496,13 @@ def dape_fast_measure(reps: int = 3, threads: int = 2, peak_len: int = 8192, sha
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     cuda = str(device).startswith("cuda")
+    if dtype not in ("float32", "bf16"): raise ValueError(f"dtype must be 'float32' or 'bf16', got {dtype!r}")
+    if dtype == "bf16" and not cuda: raise ValueError("bf16 timing runs under autocast on a GPU only; on the CPU use dtype='float32'")
     try:
-        build = {"triton": getattr(fused.triton, "__version__", None)} if cuda else (fused.cpu_kernel(), fused.build_info())[1]
+        if cuda: build = {"triton": getattr(fused.triton, "__version__", None)}
+        else:
+            fused.cpu_kernel()                    # builds (or loads) the C++ kernel, so build_info has its time
+            build = fused.build_info()
         res = {"threads": threads, "reps": reps, "preset": shape, "device": str(device), "dtype": dtype, "build": build,
                "load": {"start": list(os.getloadavg())}}
         if cuda: res["gpu"] = torch.cuda.get_device_name(torch.device(device))

@@ -85,7 +85,7 @@ UNIT = {
                         train_max_len=10, test_lens=[11], steps=8, check_every=4, batch_size=8, lr=3e-3, warmup=1,
                         grad_clip=1.0, eval_batch=8, max_seconds=0, workers=1)),
     "cpu": dict(
-        # the tasks the budget search (che_budget) saw learned by this encoder within a few thousand steps of batch 128
+        # the three tasks the GPU budget search (che_budget_colab.json) saw this encoder learn, at batch 128 and lr 1e-3
         che=dict(tasks=["even_pairs", "missing_duplicate_string", "bucket_sort"], pes=["nope", "learned", "sinusoidal", "rope", "transformer_xl", "alibi", "kerple_log",
                                           "fire", "dape:alibi", "dape:kerple_log", "dape:fire"],   # NoPE + DAPE Table 2's columns
                  randomized=True, max_pos=2048, n_layer=2, n_head=4, d_model=64, train_max_len=40,
@@ -106,7 +106,7 @@ UNIT = {
                    threads=2, matmul_n=2048),
         dape_fast=dict(reps=3, threads=2, peak_len=8192, shape="small", forward=[2048, 1], train=[512, 8]),
         # how many steps each encoder shape needs to learn each CHE task at the training lengths (learning curves)
-        # all fifteen tasks, one CPU-sized encoder, a 4000-step schedule on two worker processes (about 45 minutes)
+        # every task, one CPU-sized encoder, a 4000-step schedule each, two runs at a time
         che_budget=dict(tasks=list(che_tasks()), shapes=[[2, 4, 64]], pe="rope", randomized=True,
                         max_pos=2048, train_max_len=40, test_lens=[41], steps=4000, check_every=250, batch_size=128,
                         lr=1e-3, warmup=100, grad_clip=1.0, eval_batch=64, max_seconds=0, workers=2)),

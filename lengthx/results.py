@@ -19,7 +19,7 @@ import torch
 
 import lengthx
 from .data import atomic_write_json
-from .train import package_provenance
+from .train import package_provenance, source_sha256_at
 
 UNITS = ("main", "seeds", "protocols", "position", "cdape", "baselines", "che", "recall", "cot", "cost", "sweep", "peers", "dape_fast", "pretrained", "che_budget")
 BUDGET_NAMES = ("smoke", "cpu", "colab", "paper")
@@ -29,8 +29,8 @@ RESULTS_MODE = 0o644   # results are for everyone to read, like any file a comma
 # %% auto #0
 __all__ = ['UNITS', 'BUDGET_NAMES', 'SCHEMA', 'RESULTS_MODE', 'RESULTS_URL', 'lengthx_checkout', 'provenance',
            'result_provenance', 'check_clean', 'write_results', 'read_results', 'is_result', 'committed_results',
-           'result_dirs', 'int_lengths', 'load_results', 'device_of', 'result_seed', 'pick', 'provenance_line',
-           'results_overview']
+           'result_dirs', 'int_lengths', 'load_results', 'device_of', 'result_seed', 'pick', 'attest',
+           'provenance_line', 'results_overview']
 
 # %% ../nbs/55_results.ipynb #25ebed98
 def _git(here: Path, *args) -> str:
@@ -171,12 +171,26 @@ def pick(recs: Sequence[dict], unit: str, preset: str = "cpu", gpu: Optional[boo
     return max(ok, key=lambda r: r["provenance"].get("time", "")) if ok else None
 
 
+def attest(rec: dict, sha: str, repo: Union[str, Path] = ".") -> dict:
+    "Name commit `sha` as a result's code when its source hash equals that commit's lengthx/*.py (for a machine whose own git metadata was stale); the machine's own git fields are kept as `device_git`."
+    p = rec["provenance"]
+    want = source_sha256_at(sha, repo)
+    if p.get("source_sha256") != want:
+        raise ValueError(f"the result's source sha256 {str(p.get('source_sha256'))[:10]} is not lengthx/ at {sha[:10]} ({want[:10]})")
+    full = subprocess.run(["git", "-C", str(repo), "rev-parse", sha], capture_output=True, text=True, check=True).stdout.strip()
+    p.setdefault("device_git", {k: p.get(k) for k in ("git_sha", "git_dirty", "git_diff_sha256")})
+    p.update(git_sha=full, git_dirty=False, git_diff_sha256=None,
+             attested=f"source_sha256 equals the SHA-256 of lengthx/*.py at {full[:10]} (lengthx.results.attest)")
+    return rec
+
+
 def provenance_line(rec: dict) -> str:
     "One line saying which code made a result, where, and how long it took."
     p = rec["provenance"]
     sha = (p.get("git_sha") or "")[:10] or "no git"
     state = ("uncommitted changes" + (f", diff sha256 {p['git_diff_sha256'][:10]}" if p.get("git_diff_sha256") else "")
-             if p.get("git_dirty") else "clean" if p.get("git_dirty") is False else "clean state not recorded")
+             if p.get("git_dirty") else "attested by source hash" if p.get("attested") else "clean"
+             if p.get("git_dirty") is False else "clean state not recorded")
     src = f", source sha256 {p['source_sha256'][:10]}" if p.get("source_sha256") else ""
     wall = f", {p['wall_seconds'] / 60:.1f} min" if isinstance(p.get("wall_seconds"), (int, float)) else ""
     version = f"lengthx {p['lengthx']} at " if p.get("lengthx") else "commit "

@@ -27,6 +27,7 @@ from torch import Tensor
 from .attention import Positions, build_pe, parse_spec
 from .model import GPT, GPTConfig
 from .pe.random import randomized_positions
+from .data import atomic_write_bytes
 from .results import provenance
 
 # %% auto #0
@@ -619,9 +620,13 @@ def run_che_many(cfgs: dict[str, CHEConfig], workers: int = 1, done: Callable[[s
         return out
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:   # each its own CUDA context on a GPU
         futures = {pool.submit(_one_thread_run, cfg): key for key, cfg in cfgs.items()}
-        for f in as_completed(futures):
-            out[futures[f]] = f.result()
-            done(futures[f], out[futures[f]])
+        try:
+            for f in as_completed(futures):
+                out[futures[f]] = f.result()
+                done(futures[f], out[futures[f]])
+        except BaseException:                      # a failed run: drop the queued ones instead of training them for nothing
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
     return {key: out[key] for key in cfgs}
 
 
@@ -644,24 +649,23 @@ def run_che_grid(tasks: Sequence[str], pes: Sequence[str], base: CHEConfig, out:
         res["runs"], before = old.get("runs", {}), old.get("wall_seconds", 0.0)
     t_start = time.time()
 
+    def save() -> None:
+        res["wall_seconds"] = round(before + time.time() - t_start, 1)
+        if path: atomic_write_bytes(path, json.dumps(res, indent=1).encode())
+
     def keep(key: str, r: dict) -> None:
         res["runs"][key] = r
         if progress:
             print(f"{r['task']:28s} {r['pe']:22s} score {100 * r['score']:6.2f}  (in distribution {100 * r['ind']:5.1f}, "
                   f"{r['train_seconds']:.0f}s + {r['eval_seconds']:.0f}s)", flush=True)
-        res["wall_seconds"] = round(before + time.time() - t_start, 1)
-        if path:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp"); tmp.write_text(json.dumps(res, indent=1)); os.replace(tmp, path)
+        save()
 
     todo = {_key(t, pe): CHEConfig(**{**asdict(base), "task": t, "pe": pe}) for t in tasks for pe in pes
             if _key(t, pe) not in res["runs"]}
     run_che_many(todo, workers, keep, progress and workers <= 1)
     rank = {_key(t, pe): i for i, (t, pe) in enumerate((t, pe) for t in tasks for pe in pes)}
     res["runs"] = dict(sorted(res["runs"].items(), key=lambda kv: rank.get(kv[0], -1)))   # earlier runs, then this grid's order
-    res["wall_seconds"] = round(before + time.time() - t_start, 1)
-    if path:
-        tmp = path.with_suffix(".tmp"); tmp.write_text(json.dumps(res, indent=1)); os.replace(tmp, path)
+    save()
     return res
 
 

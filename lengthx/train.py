@@ -43,7 +43,8 @@ __all__ = ['QUICK', 'SEED_MAX', 'RUN_FIELDS', 'DECAY_MODULES', 'CKPT_FORMAT', 'R
            'flatten_optimizer_state', 'unflatten_optimizer_state', 'list_checkpoints', 'save_checkpoint',
            'verify_checkpoint', 'read_checkpoint_state', 'find_checkpoint', 'load_checkpoint', 'load_model',
            'clean_run_dir', 'spread_positions', 'tokens_fingerprint', 'run_identity', 'dist_env', 'rank_slice',
-           'eval_loss', 'train', 'package_provenance', 'checkpoint_step', 'train_run']
+           'eval_loss', 'train', 'source_sha256', 'source_sha256_at', 'package_provenance', 'checkpoint_step',
+           'train_run']
 
 # %% ../nbs/52_train.ipynb #48e310cb
 QUICK = os.environ.get("LENGTHX_FULL") != "1"
@@ -1002,13 +1003,25 @@ def _is_lengthx_checkout(top: Path) -> bool:
     return False
 
 
+def source_sha256(files: dict[str, bytes]) -> str:
+    "SHA-256 over the package's source files (path inside lengthx/ → contents), in path order: which code made a result."
+    h = hashlib.sha256()
+    for name in sorted(files): h.update(name.encode() + b"\0" + files[name] + b"\0")
+    return h.hexdigest()
+
+
+def source_sha256_at(sha: str, repo: Union[str, Path]) -> str:
+    "`source_sha256` of lengthx/**.py as committed at `sha` in the git checkout `repo` (not the working tree)."
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], capture_output=True, check=True).stdout
+    names = [n for n in git("ls-tree", "-r", "--name-only", sha, "lengthx/").decode().split() if n.endswith(".py")]
+    return source_sha256({n[len("lengthx/"):]: git("show", f"{sha}:{n}") for n in names})
+
+
 def package_provenance() -> dict:
     "Which lengthx made a result: version, SHA-256 of its source files, and git sha/dirty only from lengthx's own checkout."
     pkg = Path(lengthx.__file__).resolve().parent
-    h = hashlib.sha256()
-    for p in sorted(pkg.rglob("*.py"), key=lambda p: p.relative_to(pkg).as_posix()):
-        h.update(p.relative_to(pkg).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
-    out = {"lengthx": lengthx.__version__, "source_sha256": h.hexdigest(), "git_sha": None, "git_dirty": None,
+    src = source_sha256({p.relative_to(pkg).as_posix(): p.read_bytes() for p in pkg.rglob("*.py")})
+    out = {"lengthx": lengthx.__version__, "source_sha256": src, "git_sha": None, "git_dirty": None,
            "git_diff_sha256": None}
 
     def git(*args) -> Optional[str]:

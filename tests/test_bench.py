@@ -1,5 +1,7 @@
 """lengthx.bench: the FLOP floors chapter 43 draws its measurements against."""
 
+import pytest
+
 
 def test_causal_flop_floor_counts_the_kept_pairs():
     "The causal floor is the dense one at T=1 (nothing masked), below it at every longer length, and above 1."
@@ -9,3 +11,27 @@ def test_causal_flop_floor_counts_the_kept_pairs():
         dense, causal = dape_fast_limits(T, B), dape_fast_limits(T, B, causal=True)
         assert all(1 < causal[n] < dense[n] for n in dense), (dense, causal)
         assert causal["dape"] < causal["cdape"]          # CDAPE's 1×3 taps do three times DAPE's work per pair
+
+
+def test_timing_wrappers_pass_arguments_and_results_through():
+    "The eager and dense-FIRE wrappers call fn with its arguments (the peak-memory warm-up calls fn(64)) and return its value."
+    import os
+    from lengthx.bench import _with_dense_fire, _with_eager
+    from lengthx.pe import fused
+    from lengthx.pe.fire import FirePE
+    seen = {}
+    def env(n, scale=1):
+        seen["env"] = os.environ.get(fused.KERNEL_ENV)
+        return n * scale
+    def fire(n):
+        seen["toeplitz"] = FirePE.toeplitz(None, None)
+        return n
+    assert _with_eager(env)(64, scale=2) == 128 and seen["env"] == "off"
+    assert os.environ.get(fused.KERNEL_ENV) != "off"                    # switched back on afterwards
+    assert _with_dense_fire(fire)(3) == 3 and seen["toeplitz"] is False
+
+
+def test_bf16_timing_is_refused_off_the_gpu():
+    from lengthx.bench import dape_fast_measure
+    with pytest.raises(ValueError, match="GPU"):
+        dape_fast_measure(device="cpu", dtype="bf16")

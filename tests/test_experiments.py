@@ -218,14 +218,29 @@ def test_every_committed_result_names_a_clean_commit_that_holds_its_code():
 
 def source_hash_at(sha: str) -> str:
     "package_provenance's SHA-256 of lengthx/*.py, computed from the files of commit `sha` (not from the working tree)."
-    import hashlib
-    names = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "-r", "--name-only", sha, "lengthx/"], capture_output=True,
-                           text=True, check=True).stdout.split()
-    h = hashlib.sha256()
-    for name in sorted((n for n in names if n.endswith(".py")), key=lambda n: n[len("lengthx/"):]):
-        data = subprocess.run(["git", "-C", str(ROOT), "show", f"{sha}:{name}"], capture_output=True, check=True).stdout
-        h.update(name[len("lengthx/"):].encode() + b"\0" + data + b"\0")
-    return h.hexdigest()
+    from lengthx.train import source_sha256_at
+    return source_sha256_at(sha, ROOT)
+
+
+def test_attest_names_the_commit_whose_source_the_result_was_made_from(tmp_path):
+    from lengthx.results import attest, provenance_line
+    from lengthx.train import source_sha256
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], capture_output=True, text=True, check=True).stdout
+    git("init", "-q"); (tmp_path / "lengthx" / "pe").mkdir(parents=True)
+    files = {"a.py": b"x = 1\n", "pe/b.py": b"y = 2\n"}
+    for name, data in files.items(): (tmp_path / "lengthx" / name).write_bytes(data)
+    (tmp_path / "lengthx" / "notes.txt").write_text("not source")
+    git("add", "."); git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    sha = git("rev-parse", "HEAD").strip()
+    stale = {"git_sha": "0" * 40, "git_dirty": True, "git_diff_sha256": "ab" * 32}
+    rec = {"unit": "che_budget", "preset": "colab", "provenance": {"source_sha256": source_sha256(files), **stale}}
+    attest(rec, sha[:7], tmp_path)
+    p = rec["provenance"]
+    assert p["git_sha"] == sha and p["git_dirty"] is False and p["git_diff_sha256"] is None and p["device_git"] == stale
+    assert "attested" in provenance_line(rec) and "(clean" not in provenance_line(rec)
+    other = {"unit": "che_budget", "preset": "colab", "provenance": {"source_sha256": source_sha256({"a.py": b"x = 2\n"})}}
+    with pytest.raises(ValueError, match="is not lengthx/"):
+        attest(other, sha, tmp_path)
 
 
 def test_committed_results_are_downloaded_for_a_run_without_a_checkout(tmp_path, monkeypatch):

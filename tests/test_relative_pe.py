@@ -130,20 +130,30 @@ def test_rel_skew_is_direct_lookup(tq, tk):
             assert torch.equal(out[:, i, j], x[:, i, j + tq - 1 - i])
 
 
-def test_transformer_xl_shift_and_lookup_branches_agree():
-    "Consecutive positions take the shift, sampled ones the lookup: both equal (q+v)·W_R R_{i−j} pair by pair."
+def test_transformer_xl_shift_and_lookup_branches_agree(monkeypatch):
+    "Each position set takes the branch its shape calls for, and every branch equals (q+v)·W_R R_{i−j} pair by pair."
     pe = perturbed("transformer_xl")
     q, _, _ = qkv(T=10)
-    # consecutive: the shift; spread wide: W_R R per pair ([1, H, T, D, T] < [B, H, T, N]); one gap: q against each distance
-    for pos in (Positions.arange(2, 10, offset=3), Positions(torch.tensor([0, 1, 4, 5, 9, 10, 11, 20, 21, 40]).expand(2, 10)),
-                Positions(torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 10]).expand(2, 10))):
+    spread = torch.tensor([0, 1, 4, 5, 9, 10, 11, 20, 21, 40])
+    cases = {   # position set -> the einsum its branch runs
+        "bhqd,hnd->bhqn": Positions.arange(2, 10, offset=3),                      # consecutive: the shift
+        "bhqd,hqkd->bhqk": Positions(spread.expand(2, 10)),                        # spread wide, shared rows: W_R R per pair, once
+        "bhqd,hbqkd->bhqk": Positions(torch.stack([spread, torch.tensor([3, 7, 8, 15, 30, 33, 50, 60, 61, 90])])),  # per row
+        "gather": Positions(torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 10]).expand(2, 10)),   # one gap: q against each distance
+    }
+    seen, einsum = [], torch.einsum
+    monkeypatch.setattr(torch, "einsum", lambda eq, *a: (seen.append(eq), einsum(eq, *a))[1])
+    for branch, pos in cases.items():
+        seen.clear()
         got = pe.position_scores(q, pos, pos)
-        t = pos.token[0]
+        assert seen == ["bhqd,hnd->bhqn" if branch == "gather" else branch]
         want = torch.zeros_like(got)
-        for i in range(10):
-            for j in range(10):
-                r = (sinusoid_table((t[i] - t[j])[None], 32) @ pe.w_r[0]).view(4, 8)
-                want[:, :, i, j] = (q[:, :, i] * r).sum(-1)
+        for b in range(q.shape[0]):
+            t = pos.token[b % pos.token.shape[0]]
+            for i in range(10):
+                for j in range(10):
+                    r = (sinusoid_table((t[i] - t[j])[None], 32) @ pe.w_r[0]).view(4, 8)
+                    want[b, :, i, j] = (q[b, :, i] * r).sum(-1)
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 

@@ -8,7 +8,7 @@ import torch
 from lengthx.recall import (COT_MOD, Recall, cot_batch, cot_chain, random_expression, reduce_step,
                             COT_ID)
 from lengthx.tasks import (CHEConfig, che_spec, che_table, che_tasks, encoder_batch, evaluate_mod,
-                           eval_che, train_che)
+                           eval_che, run_che, run_che_many, train_che)
 from lengthx.cli import main as cli_main
 
 
@@ -233,3 +233,32 @@ def test_fallback_rule_for_runs_without_the_in_distribution_check():
     assert not learned_or_fallback({**old(0.99), "ind": LEARNED - 0.01})           # the check, when present, decides
     res = {"runs": {"a": old(0.9), "b": {**old(0.3), "pe": "alibi"}}}
     assert che_table(res, is_learned=learned_or_fallback).splitlines()[-1] == "| CS | bucket_sort | 20 | 50.0 | – |"
+
+
+TINY_CHE = dict(task="bucket_sort", pe="rope", n_layer=1, n_head=2, d_model=16, batch_size=4, train_max_len=10,
+                test_lens=(11,), eval_batch=4, max_pos=64)
+
+
+def test_learning_curve_has_a_point_every_check_and_at_the_end():
+    r = run_che(CHEConfig(**TINY_CHE, steps=7, warmup=1, check_every=3))
+    assert [p["step"] for p in r["curve"]] == [3, 6, 7] and r["steps_done"] == 7
+    assert all(0 <= p["ind"] <= 1 for p in r["curve"])
+    assert r["curve"][-1]["ind"] == pytest.approx(r["ind"], abs=5e-5)   # the last point is the run's own check (rounded to 4 places)
+    assert "curve" not in run_che(CHEConfig(**TINY_CHE, steps=2, warmup=1))
+
+
+def test_time_limit_stops_training_and_says_so():
+    r = run_che(CHEConfig(**TINY_CHE, steps=10_000, warmup=1, check_every=5, max_seconds=1e-9))
+    assert r["steps_done"] == 1 and r["log"][-1]["stopped"] and [p["step"] for p in r["curve"]] == [1]
+
+
+def test_worker_processes_give_the_sequential_runs():
+    cfgs = {t: CHEConfig(**{**TINY_CHE, "task": t}, steps=3, warmup=1) for t in ("bucket_sort", "even_pairs")}
+    seen = []
+    par = run_che_many(cfgs, workers=2, done=lambda k, r: seen.append(k))
+    seq = run_che_many(cfgs, workers=1)
+    assert list(par) == list(cfgs) and sorted(seen) == sorted(cfgs)       # the configs' order, every run reported once
+    for k in cfgs:
+        assert par[k]["acc"] == seq[k]["acc"] and par[k]["ind"] == seq[k]["ind"]
+        assert [e["loss"] for e in par[k]["log"]] == pytest.approx([e["loss"] for e in seq[k]["log"]], rel=1e-5)
+

@@ -15,8 +15,8 @@ from ..attention import PE, PEContext, Positions, consecutive, register_pe
 from .bias import relative_positions
 
 # %% auto #0
-__all__ = ['shaw_index', 'shaw_key_scores', 'shaw_value_term', 'sinusoid_table', 'rel_skew', 'txl_rel_shift', 'TransformerXLPE',
-           'ShawPE']
+__all__ = ['shaw_index', 'shaw_key_scores', 'shaw_value_term', 'sinusoid_table', 'rel_skew', 'txl_rel_shift',
+           'per_pair_is_smaller', 'TransformerXLPE', 'ShawPE']
 
 # %% ../../nbs/24_learned_relative.ipynb #55d0a303
 def shaw_index(pos_q: Positions, pos_k: Positions, clip: int) -> Tensor:
@@ -69,6 +69,11 @@ def _shared_offset(pos_q: Positions, pos_k: Positions) -> Optional[int]:
     return int(off[0]) if bool((off == off[0]).all()) else None
 
 
+def per_pair_is_smaller(rows: int, n_keys: int, head_dim: int, batch: int, n_dist: int) -> bool:
+    "Whether W_R R gathered per pair (rows·T_k·d numbers per query and head) is smaller than q against every distance (B·N)."
+    return rows * n_keys * head_dim < batch * n_dist
+
+
 class TransformerXLPE(PE):
     "Transformer-XL's relative encoding: ((q+u)·k + (q+v)·W_R R_{i−j}) / √d, sinusoidal R, W_R per layer, u and v per head."
     def __init__(self, ctx: PEContext, clamp: Optional[int] = None, untie: bool = False, std: float = 0.02):
@@ -103,7 +108,7 @@ class TransformerXLPE(PE):
         top, low = int(delta.max()), int(delta.min())
         grid = torch.arange(top, low - 1, -1, device=qv.device)
         r = self.r_heads(grid, layer).to(qv.dtype)                                       # [H, N, D], N = top − low + 1
-        if delta.shape[0] * tk * qv.shape[-1] < qv.shape[0] * len(grid):   # the smaller intermediate: few keys, distances spread wide (randomized positions): W_R R per pair
+        if per_pair_is_smaller(delta.shape[0], tk, qv.shape[-1], qv.shape[0], len(grid)):   # few keys, distances spread wide
             per_pair = r[:, top - delta]                                                 # [H, B', Tq, Tk, D]
             if delta.shape[0] == 1: return torch.einsum("bhqd,hqkd->bhqk", qv, per_pair[:, 0])   # one copy for every row
             return torch.einsum("bhqd,hbqkd->bhqk", qv, per_pair)
