@@ -497,8 +497,8 @@ def fused_refine(f: nn.Module, scores: Tensor, bias: Optional[Tensor], mask: Opt
     gamma = -1.0 if variant == "concat" else 0.0     # concat: S + f = A − B + f; concat_residual: A + f
     return FusedRefine.apply(scores, bias, fold_bias_weights(w1, h), b1, w2, b2, lim, gamma, f.slope, interpret)
 
-# %% ../../nbs/43_dape_fast.ipynb #d01124a5
-# relative tolerance of a kernel against the plain form in float32: larger on the GPU, whose atomics sum in no fixed order
+# %% ../../nbs/43_dape_fast.ipynb #b059b393
+# relative tolerance of a kernel against the plain form in float32: a margin, wider on the GPU, whose atomics add in no fixed order
 REFINE_TOL = {"cpu": 2e-5, "cuda": 1e-4}
 
 # %% ../../nbs/43_dape_fast.ipynb #defd464a
