@@ -493,11 +493,11 @@ def dape_fast_measure(reps: int = 3, threads: int = 2, peak_len: int = 8192, sha
                       forward: tuple = (2048, 1), train: tuple = (512, 8), device: str = "cpu", dtype: str = "float32",
                       paper: Optional[Sequence] = None, step: Callable = lambda key, make: make()) -> dict:
     "Chapter 43's measurement: forward and training step side by side (kernel, eager, FIRE's two masks), the FLOP floors, DAPE's peak memory, the load average; `paper`: (shape, T, B) of the papers' own time table; `step(key, make)` keeps each part (resumable)."
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
     cuda = str(device).startswith("cuda")
     if dtype not in ("float32", "bf16"): raise ValueError(f"dtype must be 'float32' or 'bf16', got {dtype!r}")
     if dtype == "bf16" and not cuda: raise ValueError("bf16 timing runs under autocast on a GPU only; on the CPU use dtype='float32'")
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
         if cuda: build = {"triton": getattr(fused.triton, "__version__", None)}
         else:

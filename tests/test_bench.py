@@ -33,5 +33,8 @@ def test_timing_wrappers_pass_arguments_and_results_through():
 
 def test_bf16_timing_is_refused_off_the_gpu():
     from lengthx.bench import dape_fast_measure
+    import torch
+    threads = torch.get_num_threads()
     with pytest.raises(ValueError, match="GPU"):
-        dape_fast_measure(device="cpu", dtype="bf16")
+        dape_fast_measure(device="cpu", dtype="bf16", threads=threads + 1)
+    assert torch.get_num_threads() == threads          # refused before it touched the process's thread count
