@@ -233,7 +233,7 @@ def peer_models(pe: str, shape: str = "small", length: int = 2048) -> list[dict]
 # %% ../nbs/71_cost.ipynb #47d5fb0c
 def half_precision(amp: bool):
     "bf16 autocast on the GPU when `amp` (forward passes only: backward runs in the dtypes the forward chose), else nothing."
-    import contextlib, torch
+    import contextlib
     return torch.autocast("cuda", dtype=torch.bfloat16) if amp else contextlib.nullcontext()
 
 

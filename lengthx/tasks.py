@@ -5,15 +5,12 @@
 # %% ../nbs/60_che.ipynb #6d3fc384
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import platform
 import random
 import subprocess
 import sys
 import multiprocessing
-import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-from einops import rearrange
 from torch import Tensor, nn
 
 from ..attention import PE, PEContext, Positions, consecutive, register_pe
