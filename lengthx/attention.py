@@ -19,9 +19,9 @@ from torch import Tensor, nn
 __all__ = ['PATHS', 'CHUNK_AUTO_LEN', 'CHUNK_INFER_LEN', 'CHUNK_TRAIN_LEN', 'MAX_SPEC_DEPTH', 'Positions', 'PEContext', 'PE',
            'WrappedPE', 'causal_mask', 'pick_path', 'consecutive', 'toeplitz_ok', 'offsets_bias_row', 'toeplitz',
            'KeyReversedMask', 'toeplitz_key_reversed', 'relative_bias_matrix', 'additive_mask', 'toeplitz_block',
-           'attention', 'Opt', 'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError', 'unknown_pe_error',
-           'parse_spec', 'canonical_spec', 'build_pe', 'pe_help', 'pe_options_markdown', 'check_paths_agree',
-           'check_spec', 'expand_specs']
+           'ToeplitzBlock', 'attention', 'Opt', 'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError',
+           'unknown_pe_error', 'parse_spec', 'canonical_spec', 'build_pe', 'pe_help', 'pe_options_markdown',
+           'check_paths_agree', 'check_spec', 'expand_specs']
 
 # %% ../nbs/01_attention.ipynb #8cada530
 @dataclass
@@ -111,6 +111,10 @@ class PE(nn.Module):
         if b.dim() == 3: return lambda s, bi, h, qi, ki: s + b[h, qi, ki]
         return lambda s, bi, h, qi, ki: s + b[bi, h, qi, ki]
 
+    def fused_weights(self, q: Tensor, k: Tensor, scale: float, bias, mask: Optional[Tensor], layer: int = 0) -> Optional[Tensor]:
+        "Not a hook but a shortcut: the weights softmax(mask(refine(scale·qkᵀ + bias))) [B, H, Tq, Tk] from one kernel, for inference; None: the core takes the steps."
+        return None
+
     # -- what the attention core needs to know ------------------------------
     @property
     def uses_embed(self) -> bool: return _overrides(self, "embed")
@@ -154,6 +158,9 @@ class WrappedPE(PE):
     def value(self, weights, v, pos_q, pos_k, layer=0): return self.inner.value(weights, v, pos_q, pos_k, layer)
     def score_mod(self, pos, layer=0):
         return self.inner.score_mod(pos, layer) if not _overrides(self, "bias") else PE.score_mod(self, pos, layer)
+    def fused_weights(self, q, k, scale, bias, mask, layer=0):   # the inner PE's shortcut holds only if every step it replaces is the inner's
+        if any(getattr(type(self), n) is not getattr(WrappedPE, n) for n in ("bias", "refine", "logits")): return None
+        return self.inner.fused_weights(q, k, scale, bias, mask, layer)
 
     def _uses(self, name: str) -> bool:
         own = getattr(type(self), name) is not getattr(WrappedPE, name)
@@ -246,13 +253,17 @@ def relative_bias_matrix(pe: PE, pos: Positions, layer: int = 0) -> Optional[Ten
 
 # %% ../nbs/01_attention.ipynb #ac8e5e18
 def _naive(q, k, v, pe, pos_q, pos_k, mask, layer, bias, scale):
-    "Reference path on materialized logits: scale, bias, refine, mask, softmax."
-    s = pe.logits(q, k, pos_q, pos_k, scale, layer)
+    "Reference path on materialized logits: scale, bias, refine, mask, softmax (one kernel for the lot where a refining PE has one, at inference)."
     if bias is None and pe.uses_bias: bias = pe.bias(pos_q, pos_k, layer)
-    if bias is not None: s = s + bias.to(s.dtype)
-    if pe.uses_refine: s = pe.refine(s, bias, mask, layer)
-    if mask is not None: s = s.masked_fill(~mask, float("-inf"))
-    w = s.float().softmax(-1).to(v.dtype)
+    w = _fused_weights(q, k, pe, mask, layer, bias, scale)
+    if w is None:
+        if isinstance(bias, ToeplitzBlock): bias = bias.dense()
+        s = pe.logits(q, k, pos_q, pos_k, scale, layer)
+        if bias is not None: s = s + bias.to(s.dtype)
+        if pe.uses_refine: s = pe.refine(s, bias, mask, layer)
+        if mask is not None: s = s.masked_fill(~mask, float("-inf"))
+        w = s.float().softmax(-1)
+    w = w.to(v.dtype)
     out = w @ v
     if pe.uses_value: out = out + pe.value(w, v, pos_q, pos_k, layer).to(out.dtype)   # Shaw's Σ_j w_ij a^V_ij (chapter 24)
     return out, w
@@ -336,9 +347,29 @@ def toeplitz_block(row: Tensor, T: int, start: int, end: int, kend: int) -> Tens
     return row.unfold(-1, kend, 1)[..., T - end:T - start, :].flip(-2)   # window w = T−1−i holds query i's keys
 
 
+@dataclass
+class ToeplitzBlock:
+    "Queries start..end−1 against keys 0..kend−1 of the Toeplitz bias of `row` [H, 2T−1], kept as the row: a kernel reads it in place, `dense()` lays it out."
+    row: Tensor
+    T: int
+    start: int
+    end: int
+    kend: int
+
+    def dense(self) -> Tensor:
+        "The block's bias [H, end − start, kend]."
+        return toeplitz_block(self.row, self.T, self.start, self.end, self.kend)
+
+
+def _fused_weights(q, k, pe, mask, layer, bias, scale) -> Optional[Tensor]:
+    "The PE's one-kernel attention weights where it may take them (a refining PE, the plain dot product, nothing to differentiate); else None."
+    if not pe.uses_refine or pe.uses_logits or _needs_grad(pe, q, k, *([bias] if isinstance(bias, Tensor) else [])): return None
+    return pe.fused_weights(q, k, scale, bias, mask, layer)
+
+
 def _block_out(q, k, v, pe, pos_q, pos_k, mask, layer, scale, row=None, start=0):
     "One query block on the naive path: the output only (what a recomputing backward needs to redo); a Toeplitz bias is cut from its `row`."
-    bias = None if row is None else toeplitz_block(row, (row.shape[-1] + 1) // 2, start, start + q.shape[2], k.shape[2])
+    bias = None if row is None else ToeplitzBlock(row, (row.shape[-1] + 1) // 2, start, start + q.shape[2], k.shape[2])
     return _naive(q, k, v, pe, pos_q, pos_k, mask, layer, bias, scale)[0]
 
 

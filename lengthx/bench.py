@@ -396,11 +396,16 @@ DAPE_FAST_SPECS = {"nope": "nope", "rope": "rope", "t5": "t5", "alibi": "alibi",
 PAPER_TIMED = ("rope", "t5", "alibi", "kerple", "fire", "dape", "cdape")   # the rows of DAPE's Table 1 and CDAPE's appendix K
 
 
+def _with_kernel_mode(fn: Callable, mode: str) -> Callable:
+    "fn under LENGTHX_FUSED=`mode` (chapter 43): `off` for the eager f, `refine` for the refine kernel with the steps around it."
+    def run(*args, **kwargs):
+        with fused.kernel_mode(mode): return fn(*args, **kwargs)
+    return run
+
+
 def _with_eager(fn: Callable) -> Callable:
     "fn with DAPE's fused kernel switched off (the eager form of f)."
-    def run(*args, **kwargs):
-        with fused.eager_refine(): return fn(*args, **kwargs)
-    return run
+    return _with_kernel_mode(fn, "off")
 
 
 def _with_dense_fire(fn: Callable) -> Callable:
@@ -420,7 +425,7 @@ def _amp(device: str, dtype: str) -> bool:
 
 def dape_fast_timings(mode: str, T: int, B: int, reps: int, shape: str = "small", device: str = "cpu",
                       dtype: str = "float32", names: Optional[Sequence[str]] = None) -> dict:
-    "Median (and spread) seconds per call: Kerple, DAPE and CDAPE with and without the fused kernel (forward: also NoPE, FIRE with its Toeplitz and dense mask, Kerple on the chunked path), interleaved after a warm-up round; `names` picks other contenders."
+    "Median (and spread) seconds per call: Kerple, DAPE and CDAPE with and without the fused kernel (forward: also with the refine kernel alone, NoPE, FIRE with its Toeplitz and dense mask, Kerple on the chunked path), interleaved after a warm-up round; `names` picks other contenders."
     torch.manual_seed(0)
     idx = torch.randint(0, 256, (B, T), device=device)
     step = forward_step if mode == "forward" else train_step
@@ -435,6 +440,7 @@ def dape_fast_timings(mode: str, T: int, B: int, reps: int, shape: str = "small"
         fn = lambda m=m: step(m, idx, _amp(device, dtype))
         calls[n] = fn
         if n in ("dape", "cdape"): calls[n + " (eager)"] = _with_eager(fn)
+        if n in ("dape", "cdape") and mode == "forward": calls[n + " (refine kernel)"] = _with_kernel_mode(fn, "refine")
         if n == "fire" and default: calls["fire (dense mask)"] = _with_dense_fire(fn)
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     times = interleaved_times(calls, reps, sync)

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from ..attention import PE, PEContext, WrappedPE, register_pe
 from .fire import FirePE
-from .fused import fused_refine
+from .fused import fused_refine, fused_weights
 
 # %% auto #0
 __all__ = ['DAPE_VARIANTS', 'DAPE_FIRE_SLOPE', 'channel_matmul', 'channel_mlp', 'ScoreMLP', 'dape_logits', 'leaky_fire', 'DAPE',
@@ -131,6 +131,13 @@ class DAPE(WrappedPE):
         s = scores - b
         out = f(s, b, mask=mask)
         return s + out if self.variant == "concat" else scores + out
+
+    def fused_weights(self, q: Tensor, k: Tensor, scale: float, bias, mask: Optional[Tensor], layer: int = 0) -> Optional[Tensor]:
+        "The attention weights of `refine` in one kernel pass at inference (chapter 43); None where the kernel cannot run, or for a subclass whose refine is its own."
+        if type(self).refine is not DAPE.refine: return None
+        if bias is None and self.inner.uses_bias:
+            raise ValueError(f"{self.spec!r}: the base PE uses a bias but fused_weights received none")
+        return fused_weights(self._f(layer), q, k, scale, bias, mask, self.variant)
 
     def terms(self, scores: Tensor, bias: Optional[Tensor], layer: int = 0, mask: Optional[Tensor] = None) -> dict:
         "The pieces of the refined logits: S, B (or None) and the learned term f, from the hook's inputs."

@@ -29,10 +29,11 @@ except ImportError:
     triton = tl = InterpretedFunction = None
 
 # %% auto #0
-__all__ = ['CPP_SOURCE', 'KERNEL_ENV', 'BUILD_FLAGS', 'REFINE_TOL', 'LAUNCH', 'SM90_SHARED', 'kernel_enabled', 'eager_refine',
-           'cpu_kernel', 'build_info', 'visible_counts', 'kernel_weights', 'fold_bias_weights', 'cpu_refine_forward',
-           'cpu_refine_backward', 'FusedRefine', 'kernel_ready', 'fused_refine', 'triton_kernels',
-           'triton_refine_forward', 'triton_refine_backward', 'default_stages', 'kernel_shared_bytes']
+__all__ = ['CPP_SOURCE', 'KERNEL_ENV', 'BUILD_FLAGS', 'REFINE_TOL', 'LAUNCH', 'SM90_SHARED', 'kernel_enabled', 'kernel_mode',
+           'eager_refine', 'cpu_kernel', 'build_info', 'visible_counts', 'kernel_weights', 'fold_bias_weights',
+           'cpu_refine_forward', 'cpu_refine_backward', 'FusedRefine', 'kernel_ready', 'f_weights', 'fused_refine',
+           'triton_kernels', 'triton_refine_forward', 'triton_refine_backward', 'default_stages', 'kernel_shared_bytes',
+           'weights_enabled', 'bias_operand', 'cpu_attend_forward', 'fused_weights']
 
 # %% ../../nbs/43_dape_fast.ipynb #882b105c
 CPP_SOURCE = r"""#include <algorithm>
@@ -58,6 +59,8 @@ struct Geo {             // one call's shapes
   int64_t ys[4];         // strides of y [By, Cy, Tq, Tk]
   float gamma, slope;
   int threads;
+  float scale = 1;       // the attention kernel's logit scale, and whether it adds the bias to the logits
+  int bias_in_x = 0;
 };
 
 // load channel rows of x (and y) for keys [k0, k0 + n) into buf[c][0..n): zero outside [0, lim)
@@ -79,21 +82,26 @@ static inline void load_rows(const Geo& g, const float* x, const float* y, int64
   }
 }
 
-// hidden pre-activations A[d][u], u = 0..NU*16, hidden key j0 - P + u, from X[c][w] (key j0 - 2P + w)
+// hidden pre-activations A[d][u], u = 0..NU*16, hidden key j0 - P + u, from X[c][w] (key j0 - 2P + w), channels c < cin;
+// two units at a time, so each input vector feeds two accumulators; each unit starts from b1, or from its row of `tab`
 template <int NU>
-static inline void hidden(const Geo& g, const float* w1, const float* b1, const float* X, int64_t ldx, float* A, int64_t lda) {
+static inline void hidden_pair(const Geo& g, const float* w1, const float* b1, const float* X, int64_t ldx, float* A, int64_t lda,
+                               int64_t cin, const float* tab, int64_t ldt) {
   const int64_t Cin = g.Cx + g.Cy;
-  for (int64_t d = 0; d < g.D; ++d) {
-    vf acc[NU];
-    for (int q = 0; q < NU; ++q) acc[q] = splat(b1[d]);
-    const float* wd = w1 + d * g.K * Cin;
+  for (int64_t d0 = 0; d0 < g.D; d0 += 2) {
+    const int nd = d0 + 1 < g.D ? 2 : 1;
+    vf acc[2][NU];
+    for (int e = 0; e < 2; ++e)
+      for (int q = 0; q < NU; ++q)
+        acc[e][q] = e >= nd ? vf{} : tab ? ld(tab + (d0 + e) * ldt + q * V) : splat(b1[d0 + e]);
     for (int64_t t = 0; t < g.K; ++t)
-      for (int64_t c = 0; c < Cin; ++c) {
-        vf w = splat(wd[t * Cin + c]);
+      for (int64_t c = 0; c < cin; ++c) {
         const float* xr = X + c * ldx + t;
-        for (int q = 0; q < NU; ++q) acc[q] += w * ld(xr + q * V);
+        vf w0 = splat(w1[(d0 * g.K + t) * Cin + c]), w1v = splat(nd == 2 ? w1[((d0 + 1) * g.K + t) * Cin + c] : 0.f);
+        for (int q = 0; q < NU; ++q) { vf xv = ld(xr + q * V); acc[0][q] += w0 * xv; acc[1][q] += w1v * xv; }
       }
-    for (int q = 0; q < NU; ++q) st(A + d * lda + q * V, acc[q]);
+    for (int e = 0; e < nd; ++e)
+      for (int q = 0; q < NU; ++q) st(A + (d0 + e) * lda + q * V, acc[e][q]);
   }
 }
 
@@ -122,7 +130,7 @@ static void forward_impl(const Geo& g, const float* x, const float* y, const int
         float* orow = out + (b * g.H * g.Tq + i) * g.Tk;   // + h * Tq * Tk
         for (int64_t j0 = 0; j0 < L; j0 += KT) {
           load_rows(g, x, y, b, i, j0 - 2 * g.P, NX, L, Xb.data(), NX);
-          hidden<NU>(g, w1, b1, Xb.data(), NX, Hb.data(), NH);
+          hidden_pair<NU>(g, w1, b1, Xb.data(), NX, Hb.data(), NH, g.Cx + g.Cy, nullptr, 0);
           for (int64_t d = 0; d < g.D; ++d)
             for (int q = 0; q < NU; ++q) {
               float* p = Hb.data() + d * NH + q * V;
@@ -181,7 +189,7 @@ static void backward_impl(const Geo& g, const float* x, const float* y, const in
         const bool first_y = g.By != 1 || b == 0;
         for (int64_t j0 = 0; j0 < L; j0 += KT) {
           load_rows(g, x, y, b, i, j0 - 2 * P, NX, L, Xb.data(), NX);
-          hidden<NU>(g, w1, b1, Xb.data(), NX, Ab.data(), NH);
+          hidden_pair<NU>(g, w1, b1, Xb.data(), NX, Ab.data(), NH, g.Cx + g.Cy, nullptr, 0);
           mask_hidden(g, Ab.data(), NH, NU * V, j0, L);   // masked hidden: a = 0 there, its gradient zeroed below
           for (int64_t d = 0; d < g.D; ++d)
             for (int q = 0; q < NU; ++q) {
@@ -324,10 +332,145 @@ extern "C" int refine_backward(const float* go, const float* x, const float* y, 
   Geo g = geometry(dims, ystrides, gamma, slope, threads);
   return by_nu(g.P, [&](auto nu) { backward_impl<decltype(nu)::value>(g, x, y, lim, w1, b1, w2, go, gx, gy, gw1, gb1, gw2, gb2); });
 }
+// ---- inference: the attention weights softmax(mask(refine(scale·QKᵀ + B))) in one pass over each query row ----
+typedef int32_t vi __attribute__((vector_size(64)));
+
+// e^x for x <= 0 (logits minus their row's maximum): 2^n e^r, n = round(x log2 e), |r| <= ln2/2, Cephes' polynomial for e^r
+static inline vf vexp(vf x) {
+  x = x < splat(-87.0f) ? splat(-87.0f) : x;                 // below: 2^n leaves the normal floats (e^-87 is 1.6e-38)
+  vf n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;      // rounded to an integer: 1.5·2^23 has an ulp of 1
+  vf r = x - n * 0.693359375f + n * 2.12194440e-4f;          // x − n ln 2, ln 2 in two parts (Cephes' C1, C2)
+  vf p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f; p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f;
+  vf y = p * r * r + r + 1.0f;
+  vi e = (__builtin_convertvector(n, vi) + 127) << 23;        // 2^n: n + 127 in a float's exponent bits
+  vf s; std::memcpy(&s, &e, sizeof(vf));
+  return y * s;
+}
+
+// o[0, L) <- softmax of o[0, L); o[L, Tk) <- 0. No visible key: NaN, as softmax over −inf alone gives
+static inline void softmax_row(float* o, int64_t L, int64_t Tk) {
+  if (L <= 0) { for (int64_t j = 0; j < Tk; ++j) o[j] = std::numeric_limits<float>::quiet_NaN(); return; }
+  const int64_t nv = L / V * V;
+  vf mv = splat(-std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < nv; j += V) { vf a = ld(o + j); mv = a > mv ? a : mv; }
+  float m = -std::numeric_limits<float>::infinity();
+  for (int u = 0; u < V; ++u) m = std::max(m, mv[u]);
+  for (int64_t j = nv; j < L; ++j) m = std::max(m, o[j]);
+  vf sv = vf{};
+  for (int64_t j = 0; j < nv; j += V) { vf e = vexp(ld(o + j) - m); st(o + j, e); sv += e; }
+  float s = hsum(sv);
+  for (int64_t j = nv; j < L; ++j) { o[j] = std::exp(o[j] - m); s += o[j]; }
+  const float inv = 1.0f / s;
+  for (int64_t j = 0; j < nv; j += V) st(o + j, ld(o + j) * inv);
+  for (int64_t j = nv; j < L; ++j) o[j] *= inv;
+  for (int64_t j = L; j < Tk; ++j) o[j] = 0;
+}
+
+// rows for keys [k0, k0 + n), zero outside [0, lim): channel c < Cx is the logit scale·x (+ the bias when bias_in_x),
+// channel Cx + c the bias; the bias is read through its strides, which may be negative (a Toeplitz block of one row)
+static inline void load_attend(const Geo& g, const float* x, const float* y, int64_t b, int64_t i, int64_t k0, int64_t n,
+                               int64_t lim, float* buf, int64_t ld_buf) {
+  int64_t lo = std::max<int64_t>(0, -k0), hi = std::min<int64_t>(n, lim - k0);
+  for (int64_t c = 0; c < g.Cx + g.Cy; ++c) {
+    float* r = buf + c * ld_buf;
+    std::memset(r, 0, sizeof(float) * n);
+    if (hi <= lo) continue;
+    const int64_t hc = c < g.Cx ? c : c - g.Cx, s = g.ys[3];
+    const float* yr = y ? y + (g.By == 1 ? 0 : b) * g.ys[0] + hc * g.ys[1] + i * g.ys[2] + k0 * s : nullptr;
+    if (c < g.Cx) {
+      const float* xr = x + ((b * g.Cx + c) * g.Tq + i) * g.Tk + k0;
+      if (!g.bias_in_x) for (int64_t u = lo; u < hi; ++u) r[u] = g.scale * xr[u];
+      else if (s == 1) for (int64_t u = lo; u < hi; ++u) r[u] = g.scale * xr[u] + yr[u];
+      else for (int64_t u = lo; u < hi; ++u) r[u] = g.scale * xr[u] + yr[u * s];
+    } else if (s == 1) std::memcpy(r + lo, yr + lo, sizeof(float) * (hi - lo));
+    else for (int64_t u = lo; u < hi; ++u) r[u] = yr[u * s];
+  }
+}
+
+template <int NU>
+static void attend_impl(const Geo& g, const float* x, const float* y, const int64_t* lim, const float* w1, const float* b1,
+                        const float* w2, const float* b2, float* out) {
+  const int64_t Cin = g.Cx + g.Cy, NX = NU * V + 2 * g.P + V, NH = NU * V + V;
+  // K = 1 with one Toeplitz bias for the batch (query stride = −key stride): W_B B + b1 depends on j − i alone, so it is
+  // computed once per offset, tab[d][j − i + Tq − 1], and each pair's hidden units read only the score channels
+  const bool table = g.K == 1 && g.Cy > 0 && g.By == 1 && g.ys[2] == -g.ys[3];
+  const int64_t LT = g.Tq + g.Tk + KT + 2 * V;
+  std::vector<float> tab(table ? g.D * LT : 0);
+  if (table) {
+#pragma omp parallel for num_threads(g.threads) schedule(static)
+    for (int64_t d = 0; d < g.D; ++d)
+      for (int64_t m = 0; m < LT; ++m) {
+        const int64_t r = m - (g.Tq - 1);           // the offset j − i; beyond Tk − 1 no pair reads it unmasked
+        float s = b1[d];
+        if (r < g.Tk)
+          for (int64_t c = 0; c < g.Cy; ++c) s += w1[d * Cin + g.Cx + c] * y[c * g.ys[1] + r * g.ys[3]];
+        tab[d * LT + m] = s;
+      }
+  }
+#pragma omp parallel num_threads(g.threads)
+  {
+    std::vector<float> Xb(Cin * NX), Hb(g.D * NH);
+#pragma omp for collapse(2) schedule(dynamic, 8)
+    for (int64_t b = 0; b < g.B; ++b)
+      for (int64_t i = 0; i < g.Tq; ++i) {
+        const int64_t L = std::min(lim[i], g.Tk);
+        float* orow = out + (b * g.H * g.Tq + i) * g.Tk;   // + h * Tq * Tk
+        for (int64_t j0 = 0; j0 < L; j0 += KT) {
+          load_attend(g, x, y, b, i, j0 - 2 * g.P, NX, L, Xb.data(), NX);
+          if (table) hidden_pair<NU>(g, w1, b1, Xb.data(), NX, Hb.data(), NH, g.Cx, tab.data() + j0 - i + g.Tq - 1, LT);
+          else hidden_pair<NU>(g, w1, b1, Xb.data(), NX, Hb.data(), NH, Cin, nullptr, 0);
+          for (int64_t d = 0; d < g.D; ++d)
+            for (int q = 0; q < NU; ++q) {
+              float* p = Hb.data() + d * NH + q * V;
+              vf a = ld(p); st(p, a > 0 ? a : a * g.slope);
+            }
+          mask_hidden(g, Hb.data(), NH, NU * V, j0, L);
+          const int64_t n = std::min<int64_t>(KT, L - j0);
+          for (int64_t h0 = 0; h0 < g.H; h0 += 2) {   // two heads at a time: each hidden vector feeds two accumulators
+            const int nh = h0 + 1 < g.H ? 2 : 1;
+            vf acc[2][KT / V];
+            for (int e = 0; e < 2; ++e) {
+              const int64_t h = e < nh ? h0 + e : h0;
+              const float* xr = Xb.data() + h * NX + 2 * g.P;
+              const float* yr = Xb.data() + (g.Cx + h) * NX + 2 * g.P;
+              for (int q = 0; q < KT / V; ++q) {
+                acc[e][q] = splat(b2[h]) + ld(xr + q * V);
+                if (g.Cy && g.gamma != 0) acc[e][q] += g.gamma * ld(yr + q * V);
+              }
+            }
+            const float* wa = w2 + h0 * g.K * g.D;
+            const float* wb = w2 + (nh == 2 ? h0 + 1 : h0) * g.K * g.D;
+            for (int64_t t = 0; t < g.K; ++t)
+              for (int64_t d = 0; d < g.D; ++d) {
+                vf u0 = splat(wa[t * g.D + d]), u1 = splat(wb[t * g.D + d]);
+                const float* hr = Hb.data() + d * NH + t;
+                for (int q = 0; q < KT / V; ++q) { vf hv = ld(hr + q * V); acc[0][q] += u0 * hv; acc[1][q] += u1 * hv; }
+              }
+            for (int e = 0; e < nh; ++e) {
+              float* o = orow + (h0 + e) * g.Tq * g.Tk + j0;
+              if (n == KT) for (int q = 0; q < KT / V; ++q) st(o + q * V, acc[e][q]);
+              else { float tmp[KT]; for (int q = 0; q < KT / V; ++q) st(tmp + q * V, acc[e][q]); std::memcpy(o, tmp, sizeof(float) * n); }
+            }
+          }
+        }
+        for (int64_t h = 0; h < g.H; ++h) softmax_row(orow + h * g.Tq * g.Tk, L, g.Tk);
+      }
+  }
+}
+
+extern "C" int attend_forward(const float* x, const float* y, const int64_t* lim, const float* w1, const float* b1,
+                              const float* w2, const float* b2, float* out, const int64_t* dims, const int64_t* ystrides,
+                              float gamma, float slope, float scale, int bias_in_x, int threads) {
+  Geo g = geometry(dims, ystrides, gamma, slope, threads);
+  g.scale = scale; g.bias_in_x = bias_in_x && y != nullptr;
+  return by_nu(g.P, [&](auto nu) { attend_impl<decltype(nu)::value>(g, x, y, lim, w1, b1, w2, b2, out); });
+}
 """
 
 # %% ../../nbs/43_dape_fast.ipynb #2347a1ee
-KERNEL_ENV = "LENGTHX_FUSED"   # "off": every refine takes the eager path (the kernel's baseline in benchmarks)
+KERNEL_ENV = "LENGTHX_FUSED"   # "off": every refine takes the eager path (the kernel's baseline in benchmarks); "refine": no one-pass weights
 BUILD_FLAGS = ["-O3", "-march=native", "-fopenmp"]
 _CPU: dict = {}                # the built module, its build time, or the reason it could not be built
 
@@ -338,14 +481,19 @@ def kernel_enabled() -> bool:
 
 
 @contextmanager
-def eager_refine():
-    "Run the block with the kernel switched off (LENGTHX_FUSED=off), e.g. to time the eager path beside it."
+def kernel_mode(mode: str):
+    "Run the block with LENGTHX_FUSED=`mode`: `off` (the eager f) or `refine` (the refine kernel without the one-pass weights), e.g. to time one beside the other."
     old = os.environ.get(KERNEL_ENV)
-    os.environ[KERNEL_ENV] = "off"
+    os.environ[KERNEL_ENV] = mode
     try: yield
     finally:
         if old is None: os.environ.pop(KERNEL_ENV, None)
         else: os.environ[KERNEL_ENV] = old
+
+
+def eager_refine():
+    "Run the block with the kernel switched off (LENGTHX_FUSED=off), e.g. to time the eager path beside it."
+    return kernel_mode("off")
 
 
 def _compile_cpu() -> ctypes.CDLL:
@@ -358,7 +506,7 @@ def _compile_cpu() -> ctypes.CDLL:
     path = cpp_extension.load(f"lengthx_refine_{tag}", [str(src)], extra_cflags=BUILD_FLAGS, extra_ldflags=["-fopenmp"],
                               is_python_module=False, with_cuda=False, verbose=False)   # no torch headers: seconds to build
     lib = ctypes.CDLL(path)
-    for fn in (lib.refine_forward, lib.refine_backward): fn.restype = ctypes.c_int
+    for fn in (lib.refine_forward, lib.refine_backward, lib.attend_forward): fn.restype = ctypes.c_int
     return lib
 
 
@@ -479,17 +627,23 @@ def kernel_ready(scores: Tensor) -> bool:
     return scores.is_cuda and triton is not None
 
 
+def f_weights(f: nn.Module) -> Optional[tuple[Tensor, Tensor, Tensor, Tensor]]:
+    "f's layers in the kernel's layout, float32 (folded in float32, not in the weights' bf16); None for an f this kernel does not know."
+    names = getattr(f, "kernel_layers", None)   # (first layer, second layer) of ScoreMLP / ScoreConv; None: not this kernel's f
+    owner = next((c for c in type(f).__mro__ if "kernel_layers" in vars(c)), None)
+    if not names or type(f).forward is not owner.forward: return None   # a subclass that rewrote f keeps its own forward
+    return tuple(w.float() for w in kernel_weights(*(getattr(f, n) for n in names)))
+
+
 def fused_refine(f: nn.Module, scores: Tensor, bias: Optional[Tensor], mask: Optional[Tensor], variant: str,
                  interpret: bool = False) -> Optional[Tensor]:
     "DAPE/CDAPE logits from A = S + B through the kernel (−inf where `mask` hides a key); None when the kernel cannot run here."
     if not interpret and not kernel_ready(scores): return None
     lim = visible_counts(mask, scores.shape[-2], scores.shape[-1], scores.device)
     if lim is None: return None
-    names = getattr(f, "kernel_layers", None)   # (first layer, second layer) of ScoreMLP / ScoreConv; None: not this kernel's f
-    owner = next((c for c in type(f).__mro__ if "kernel_layers" in vars(c)), None)
-    if not names or type(f).forward is not owner.forward: return None   # a subclass that rewrote f keeps its own forward
-    first, second = (getattr(f, n) for n in names)
-    w1, b1, w2, b2 = (w.float() for w in kernel_weights(first, second))   # folded below in float32, not in the weights' bf16
+    wts = f_weights(f)
+    if wts is None: return None
+    w1, b1, w2, b2 = wts
     h = scores.shape[1]
     if bias is None or variant == "add_residual":   # f(A): the scores alone
         return FusedRefine.apply(scores, None, w1, b1, w2, b2, lim, 0.0, f.slope, interpret)
@@ -706,3 +860,56 @@ def kernel_shared_bytes(kind: str, h: int, k: int, cy: Optional[int] = None, d: 
     with warnings.catch_warnings():   # Triton 3.9 warns once that a default of its own will change; not ours to set
         warnings.simplefilter("ignore", UserWarning)
         return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={**LAUNCH[kind], **options}).metadata.shared
+
+# %% ../../nbs/43_dape_fast.ipynb #083ac604
+from ..attention import ToeplitzBlock
+
+
+def weights_enabled() -> bool:
+    "Whether DAPE/CDAPE may return attention weights from one kernel at inference: the kernel is on and LENGTHX_FUSED is not `refine`."
+    return kernel_enabled() and os.environ.get(KERNEL_ENV, "auto").strip().lower() != "refine"
+
+
+def bias_operand(bias, h: int, tq: int, tk: int) -> tuple:
+    "A bias as the kernel reads it: (the tensor to keep alive, its data address, strides [b, h, i, j] in floats, batch size)."
+    if bias is None: return None, None, (0, 0, 0, 0), 1
+    if isinstance(bias, ToeplitzBlock):   # B[h, i, j] = row[h, T−1 + j − (start + i)]: query stride −1, key stride +1
+        row = bias.row.float().contiguous()
+        return row, row.data_ptr() + 4 * (bias.T - 1 - bias.start), (0, row.stride(0), -1, 1), 1
+    b = bias.float()
+    b = (b if b.dim() == 4 else b[None]).expand(-1, h, tq, tk)
+    return b, b.data_ptr(), b.stride(), b.shape[0]
+
+
+def cpu_attend_forward(raw: Tensor, bias, lim: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, gamma: float,
+                       slope: float, scale: float, bias_channels: bool) -> Tensor:
+    "softmax over the visible keys of A + γB + f(A[, B]), A = scale·raw + B: the weights [B, H, Tq, Tk], zero past each row's count."
+    Bn, H, Tq, Tk = raw.shape
+    D, K, cin = w1.shape
+    if cin != (2 * H if bias_channels else H) or (bias_channels and bias is None):
+        raise ValueError(f"f reads {cin} channels; the kernel was given {H} heads {'and their bias' if bias_channels else 'alone'}")
+    keep, addr, strides, by = bias_operand(bias, H, Tq, Tk)
+    out = torch.empty_like(raw)
+    dims = _longs(Bn, H, cin - H, by, D, K, Tq, Tk)
+    rc = cpu_kernel().attend_forward(_ptr(raw), ctypes.c_void_p(addr), _ptr(lim), _ptr(w1), _ptr(b1), _ptr(w2), _ptr(b2),
+                                     _ptr(out), dims, _longs(*strides), ctypes.c_float(gamma), ctypes.c_float(slope),
+                                     ctypes.c_float(scale), int(bias is not None), torch.get_num_threads())
+    if rc: raise ValueError(f"the CPU kernel takes kernels up to 63 keys wide, got {K}")
+    del keep
+    return out
+
+
+def fused_weights(f: nn.Module, q: Tensor, k: Tensor, scale: float, bias, mask: Optional[Tensor], variant: str) -> Optional[Tensor]:
+    "DAPE/CDAPE attention weights softmax(mask(refine(scale·qkᵀ + B))) from one CPU kernel pass per query row; None where it cannot run."
+    if q.device.type != "cpu" or q.dtype != torch.float32 or not weights_enabled() or not kernel_ready(q): return None
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, *f.parameters())): return None   # inference only
+    lim = visible_counts(mask, q.shape[2], k.shape[2])
+    wts = f_weights(f)
+    if lim is None or wts is None: return None
+    w1, b1, w2, b2 = (t.detach().contiguous() for t in wts)
+    h = q.shape[1]
+    channels = bias is not None and variant != "add_residual"   # f reads [A; B] (folded weights), else A alone
+    if channels: w1 = fold_bias_weights(w1, h).contiguous()
+    gamma = -1.0 if channels and variant == "concat" else 0.0
+    raw = torch.matmul(q, k.transpose(-1, -2)).contiguous()
+    return cpu_attend_forward(raw, bias, lim.contiguous(), w1, b1, w2, b2, gamma, f.slope, scale, channels)
