@@ -449,10 +449,10 @@ def dape_fast_timings(mode: str, T: int, B: int, reps: int, shape: str = "small"
             for k, v in times.items()}
 
 
-def dape_fast_limits(T: int, B: int, shape: str = "small", causal: bool = False) -> dict:
-    "The FLOP floor of DAPE and CDAPE, (model + f) / model FLOPs; `causal` counts only the pairs j ≤ i, in f and in QKᵀ, AV."
+def dape_fast_limits(T: int, B: int, shape: str = "small", causal: bool = False, with_bias: bool = True) -> dict:
+    "The FLOP floor of DAPE and CDAPE, (model + f) / model FLOPs; `causal` counts only the pairs j ≤ i, in f and in QKᵀ, AV; `with_bias=False`: DAPE without W_B·B per pair (chapter 43's one-pass kernel reads it from a table)."
     c = GPTConfig.preset(shape)
-    k = {"dape": dape_flops(B, c.n_head, T, T), "cdape": cdape_flops(B, c.n_head, T, T, k=3)}
+    k = {"dape": dape_flops(B, c.n_head, T, T, with_bias=with_bias), "cdape": cdape_flops(B, c.n_head, T, T, k=3)}
     if not causal: return {n: flop_limit(v, c.d_model, c.n_layer, T, B) for n, v in k.items()}
     keep = (T + 1) / (2 * T)                                   # the share of the T² pairs a causal mask keeps
     pairs = c.n_layer * 4 * B * T * T * c.d_model              # QKᵀ and AV over every pair (chapter 40's model_flops)

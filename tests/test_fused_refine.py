@@ -6,7 +6,7 @@ import lengthx.pe.fused as fused
 from lengthx.attention import Positions, attention, build_pe, causal_mask
 from lengthx.pe.cdape import tril_masked
 
-SPECS = ["dape:kerple_log", "dape:variant=concat:kerple_log", "dape:variant=add_residual:alibi", "dape:nope",
+SPECS = ["dape:kerple_log", "dape:variant=concat:kerple_log", "dape:variant=add_residual:alibi", "dape:nope", "dape:width=5:kerple_log",
          "cdape:k=3:kerple_log", "cdape:k=5:variant=concat:alibi", "cdape:k=3:variant=add_residual:kerple_log", "cdape:nope"]
 
 

@@ -71,7 +71,7 @@ def test_kernel_weights_equal_reference(spec, H, shared, causal, monkeypatch):
 def test_a_toeplitz_block_read_in_place_equals_its_dense_form(spec):
     "The block's row read with a negative query stride (and, for k = 1, its W_B·B once per offset) equals the laid-out block."
     pe = randomized(spec)
-    T, start, end = 300, 128, 256
+    T, start, end = 300, 100, 230                           # 130 queries: not a multiple of the kernel's 128-key tile
     row = torch.randn(4, 2 * T - 1)
     blk = ToeplitzBlock(row, T, start, end, end)
     assert torch.equal(blk.dense(), toeplitz_block(row, T, start, end, end))
@@ -155,3 +155,41 @@ def test_a_subclass_with_its_own_refine_keeps_the_steps(monkeypatch):
     with torch.no_grad():
         assert leaky.fused_weights(q, k, 0.35, torch.zeros(1, 4, 6, 6), causal_mask(6, 6)) is None
         assert pe.fused_weights(q, k, 0.35, torch.zeros(1, 4, 6, 6), causal_mask(6, 6)) is not None
+
+
+def test_a_pe_with_its_own_logits_or_a_wrapper_that_changes_a_step_keeps_the_steps(monkeypatch):
+    "KERPLE bias+weight changes the dot product (its own `logits`), so DAPE around it runs the steps; so does a wrapper with its own bias."
+    from lengthx.attention import WrappedPE
+    calls = spied(monkeypatch)
+    pe = randomized("dape:kerple_biaswt")
+    assert pe.uses_logits
+    q, k, v = (torch.randn(1, 4, 30, 8) for _ in range(3))
+    pos = Positions.arange(1, 30)
+    with torch.no_grad():
+        got = attention(q, k, v, pe, pos, path="naive")
+        with fused.kernel_mode("refine"): want = attention(q, k, v, pe, pos, path="naive")
+    assert calls == []
+    torch.testing.assert_close(got, want)
+
+    class Shifted(WrappedPE):
+        def bias(self, pos_q, pos_k, layer=0): return self.inner.bias(pos_q, pos_k, layer) + 1.0
+
+    dape = randomized("dape:kerple_log")
+    with torch.no_grad():
+        assert WrappedPE(dape.ctx, dape).fused_weights(q, k, 0.35, torch.zeros(1, 4, 30, 30), None) is not None
+        assert Shifted(dape.ctx, dape).fused_weights(q, k, 0.35, torch.zeros(1, 4, 30, 30), None) is None
+
+
+def test_a_bias_that_does_not_fit_is_an_error():
+    "A Toeplitz block of the wrong size, rows for the wrong head count, or a bias for another batch size raise, not read out of bounds."
+    pe = randomized("dape:kerple_log")
+    q, k = torch.randn(2, 4, 10, 8), torch.randn(2, 4, 10, 8)
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="does not fit"):
+            pe.fused_weights(q, k, 0.35, ToeplitzBlock(torch.randn(4, 19), 10, 0, 8, 8), None)
+        with pytest.raises(ValueError, match="does not fit"):
+            pe.fused_weights(q, k, 0.35, ToeplitzBlock(torch.randn(3, 19), 10, 0, 10, 10), None)
+        with pytest.raises(ValueError, match="does not fit"):
+            pe.fused_weights(q, k, 0.35, torch.randn(3, 4, 10, 10), None)
+        one_row = ToeplitzBlock(torch.randn(1, 19), 10, 0, 10, 10)            # one row for every head: read with stride 0
+        close(pe.fused_weights(q, k, 0.35, one_row, None), reference_weights(pe, q, k, 0.35, one_row.dense()[None].expand(1, 4, 10, 10), None))
