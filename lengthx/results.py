@@ -195,7 +195,7 @@ def provenance_line(rec: dict) -> str:
     wall = f", {p['wall_seconds'] / 60:.1f} min" if isinstance(p.get("wall_seconds"), (int, float)) else ""
     version = f"lengthx {p['lengthx']} at " if p.get("lengthx") else "commit "
     return (f"{rec['unit']} ({rec['preset']}): {version}{sha} ({state}{src}); {device_of(rec)}, "
-            f"{p.get('threads', '?')} threads, torch {p.get('torch', '?')}{wall}, {p.get('time', '?')}")
+            f"{p.get('threads', '?')} thread{'' if p.get('threads') == 1 else 's'}, torch {p.get('torch', '?')}{wall}, {p.get('time', '?')}")
 
 
 def results_overview(recs: Sequence[dict]) -> str:

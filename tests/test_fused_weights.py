@@ -155,6 +155,8 @@ def test_a_subclass_with_its_own_refine_keeps_the_steps(monkeypatch):
     with torch.no_grad():
         assert leaky.fused_weights(q, k, 0.35, torch.zeros(1, 4, 6, 6), causal_mask(6, 6)) is None
         assert pe.fused_weights(q, k, 0.35, torch.zeros(1, 4, 6, 6), causal_mask(6, 6)) is not None
+        pe.refine = lambda *a, **kw: type(pe).refine(pe, *a, **kw)   # a refine set on the instance (a spy) is run, not bypassed
+        assert pe.fused_weights(q, k, 0.35, torch.zeros(1, 4, 6, 6), causal_mask(6, 6)) is None
 
 
 def test_a_pe_with_its_own_logits_or_a_wrapper_that_changes_a_step_keeps_the_steps(monkeypatch):

@@ -133,8 +133,8 @@ class DAPE(WrappedPE):
         return s + out if self.variant == "concat" else scores + out
 
     def fused_weights(self, q: Tensor, k: Tensor, scale: float, bias, mask: Optional[Tensor], layer: int = 0) -> Optional[Tensor]:
-        "The attention weights of `refine` in one kernel pass at inference (chapter 43); None where the kernel cannot run, or for a subclass whose refine is its own."
-        if type(self).refine is not DAPE.refine: return None
+        "The attention weights of `refine` in one kernel pass at inference (chapter 43); None where the kernel cannot run, or where refine is replaced (a subclass, an instance attribute)."
+        if type(self).refine is not DAPE.refine or "refine" in vars(self): return None   # a refine of its own (or a spy) runs
         if bias is None and self.inner.uses_bias:
             raise ValueError(f"{self.spec!r}: the base PE uses a bias but fused_weights received none")
         return fused_weights(self._f(layer), q, k, scale, bias, mask, self.variant)

@@ -59,8 +59,9 @@ struct Geo {             // one call's shapes
   int64_t ys[4];         // strides of y [By, Cy, Tq, Tk]
   float gamma, slope;
   int threads;
-  float scale = 1;       // the attention kernel's logit scale, and whether it adds the bias to the logits
-  int bias_in_x = 0;
+  float scale = 1;       // the one-pass kernel's logit scale, whether it adds the bias to the logits,
+  int bias_in_x = 0;     // and whether it ends each row with the softmax (else −inf past the visible keys)
+  int softmax = 0;
 };
 
 // load channel rows of x (and y) for keys [k0, k0 + n) into buf[c][0..n): zero outside [0, lim)
@@ -115,11 +116,85 @@ static inline void mask_hidden(const Geo& g, float* A, int64_t lda, int64_t n, i
   }
 }
 
+// ---- the forward: refined logits, or (at inference) the attention weights softmax(mask(refine(scale·QKᵀ + B))) ----
+typedef int32_t vi __attribute__((vector_size(64)));
+
+// e^x for x <= 0 (logits minus their row's maximum): 2^n e^r, n = round(x log2 e), |r| <= ln2/2, Cephes' polynomial for e^r
+static inline vf vexp(vf x) {
+  x = x < splat(-87.0f) ? splat(-87.0f) : x;                 // below: 2^n leaves the normal floats (e^-87 is 1.6e-38)
+  vf n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;      // rounded to an integer: 1.5·2^23 has an ulp of 1
+  vf r = x - n * 0.693359375f + n * 2.12194440e-4f;          // x − n ln 2, ln 2 in two parts (Cephes' C1, C2)
+  vf p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f; p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f;
+  vf y = p * r * r + r + 1.0f;
+  vi e = (__builtin_convertvector(n, vi) + 127) << 23;        // 2^n: n + 127 in a float's exponent bits
+  vf s; std::memcpy(&s, &e, sizeof(vf));
+  return y * s;
+}
+
+// o[0, L) <- softmax of o[0, L); o[L, Tk) <- 0. No visible key: NaN, as softmax over −inf alone gives
+static inline void softmax_row(float* o, int64_t L, int64_t Tk) {
+  if (L <= 0) { for (int64_t j = 0; j < Tk; ++j) o[j] = std::numeric_limits<float>::quiet_NaN(); return; }
+  const int64_t nv = L / V * V;
+  vf mv = splat(-std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < nv; j += V) { vf a = ld(o + j); mv = a > mv ? a : mv; }
+  float m = -std::numeric_limits<float>::infinity();
+  for (int u = 0; u < V; ++u) m = std::max(m, mv[u]);
+  for (int64_t j = nv; j < L; ++j) m = std::max(m, o[j]);
+  vf sv = vf{};
+  for (int64_t j = 0; j < nv; j += V) { vf e = vexp(ld(o + j) - m); st(o + j, e); sv += e; }
+  float s = hsum(sv);
+  for (int64_t j = nv; j < L; ++j) { o[j] = std::exp(o[j] - m); s += o[j]; }
+  const float inv = 1.0f / s;
+  for (int64_t j = 0; j < nv; j += V) st(o + j, ld(o + j) * inv);
+  for (int64_t j = nv; j < L; ++j) o[j] *= inv;
+  for (int64_t j = L; j < Tk; ++j) o[j] = 0;
+}
+
+// rows for keys [k0, k0 + n), zero outside [0, lim), channels c < nch: channel c < Cx is the logit scale·x (+ the bias
+// when bias_in_x), channel Cx + c the bias; the bias is read through its strides, which may be negative (a Toeplitz block)
+static inline void load_attend(const Geo& g, const float* x, const float* y, int64_t b, int64_t i, int64_t k0, int64_t n,
+                               int64_t lim, float* buf, int64_t ld_buf, int64_t nch) {
+  int64_t lo = std::max<int64_t>(0, -k0), hi = std::min<int64_t>(n, lim - k0);
+  for (int64_t c = 0; c < nch; ++c) {
+    float* r = buf + c * ld_buf;
+    std::memset(r, 0, sizeof(float) * n);
+    if (hi <= lo) continue;
+    const int64_t hc = c < g.Cx ? c : c - g.Cx, s = g.ys[3];
+    const float* yr = y ? y + (g.By == 1 ? 0 : b) * g.ys[0] + hc * g.ys[1] + i * g.ys[2] + k0 * s : nullptr;
+    if (c < g.Cx) {
+      const float* xr = x + ((b * g.Cx + c) * g.Tq + i) * g.Tk + k0;
+      if (!g.bias_in_x) for (int64_t u = lo; u < hi; ++u) r[u] = g.scale * xr[u];
+      else if (s == 1) for (int64_t u = lo; u < hi; ++u) r[u] = g.scale * xr[u] + yr[u];
+      else for (int64_t u = lo; u < hi; ++u) r[u] = g.scale * xr[u] + yr[u * s];
+    } else if (s == 1) std::memcpy(r + lo, yr + lo, sizeof(float) * (hi - lo));
+    else for (int64_t u = lo; u < hi; ++u) r[u] = yr[u * s];
+  }
+}
+
+// one query row at a time: the refined logits (−inf past the visible keys), or with g.softmax the attention weights
 template <int NU>
 static void forward_impl(const Geo& g, const float* x, const float* y, const int64_t* lim, const float* w1, const float* b1,
-                         const float* w2, const float* b2, float* out) {
+                        const float* w2, const float* b2, float* out) {
   const int64_t Cin = g.Cx + g.Cy, NX = NU * V + 2 * g.P + V, NH = NU * V + V;
-  const float ninf = -std::numeric_limits<float>::infinity();
+  // K = 1 with one Toeplitz bias for the batch (query stride = −key stride): W_B B + b1 depends on j − i alone, so it is
+  // computed once per offset, tab[d][j − i + Tq − 1], and each pair's hidden units read only the score channels
+  const bool table = g.K == 1 && g.Cy > 0 && g.By == 1 && g.ys[2] == -g.ys[3];
+  const int64_t nch = table && g.gamma == 0 ? g.Cx : Cin;   // the bias rows are read per tile only for γB or the hidden map
+  const int64_t LT = g.Tq + g.Tk + KT + 2 * V;
+  std::vector<float> tab(table ? g.D * LT : 0);
+  if (table) {
+#pragma omp parallel for num_threads(g.threads) schedule(static)
+    for (int64_t d = 0; d < g.D; ++d)
+      for (int64_t m = 0; m < LT; ++m) {
+        const int64_t r = m - (g.Tq - 1);           // the offset j − i; beyond Tk − 1 no pair reads it unmasked
+        float s = b1[d];
+        if (r < g.Tk)
+          for (int64_t c = 0; c < g.Cy; ++c) s += w1[d * Cin + g.Cx + c] * y[c * g.ys[1] + r * g.ys[3]];
+        tab[d * LT + m] = s;
+      }
+  }
 #pragma omp parallel num_threads(g.threads)
   {
     std::vector<float> Xb(Cin * NX), Hb(g.D * NH);
@@ -129,8 +204,9 @@ static void forward_impl(const Geo& g, const float* x, const float* y, const int
         const int64_t L = std::min(lim[i], g.Tk);
         float* orow = out + (b * g.H * g.Tq + i) * g.Tk;   // + h * Tq * Tk
         for (int64_t j0 = 0; j0 < L; j0 += KT) {
-          load_rows(g, x, y, b, i, j0 - 2 * g.P, NX, L, Xb.data(), NX);
-          hidden_pair<NU>(g, w1, b1, Xb.data(), NX, Hb.data(), NH, g.Cx + g.Cy, nullptr, 0);
+          load_attend(g, x, y, b, i, j0 - 2 * g.P, NX, L, Xb.data(), NX, nch);
+          if (table) hidden_pair<NU>(g, w1, b1, Xb.data(), NX, Hb.data(), NH, g.Cx, tab.data() + j0 - i + g.Tq - 1, LT);
+          else hidden_pair<NU>(g, w1, b1, Xb.data(), NX, Hb.data(), NH, Cin, nullptr, 0);
           for (int64_t d = 0; d < g.D; ++d)
             for (int q = 0; q < NU; ++q) {
               float* p = Hb.data() + d * NH + q * V;
@@ -138,33 +214,42 @@ static void forward_impl(const Geo& g, const float* x, const float* y, const int
             }
           mask_hidden(g, Hb.data(), NH, NU * V, j0, L);
           const int64_t n = std::min<int64_t>(KT, L - j0);
-          for (int64_t h = 0; h < g.H; ++h) {
-            vf acc[KT / V];
-            const float* xr = Xb.data() + h * NX + 2 * g.P;
-            const float* yr = Xb.data() + (g.Cx + h) * NX + 2 * g.P;
-            for (int q = 0; q < KT / V; ++q) {
-              acc[q] = splat(b2[h]) + ld(xr + q * V);
-              if (g.Cy && g.gamma != 0) acc[q] += g.gamma * ld(yr + q * V);
+          for (int64_t h0 = 0; h0 < g.H; h0 += 2) {   // two heads at a time: each hidden vector feeds two accumulators
+            const int nh = h0 + 1 < g.H ? 2 : 1;
+            vf acc[2][KT / V];
+            for (int e = 0; e < 2; ++e) {
+              const int64_t h = e < nh ? h0 + e : h0;
+              const float* xr = Xb.data() + h * NX + 2 * g.P;
+              const float* yr = Xb.data() + (g.Cx + h) * NX + 2 * g.P;
+              for (int q = 0; q < KT / V; ++q) {
+                acc[e][q] = splat(b2[h]) + ld(xr + q * V);
+                if (g.Cy && g.gamma != 0) acc[e][q] += g.gamma * ld(yr + q * V);
+              }
             }
-            const float* wh = w2 + h * g.K * g.D;
+            const float* wa = w2 + h0 * g.K * g.D;
+            const float* wb = w2 + (nh == 2 ? h0 + 1 : h0) * g.K * g.D;
             for (int64_t t = 0; t < g.K; ++t)
               for (int64_t d = 0; d < g.D; ++d) {
-                vf w = splat(wh[t * g.D + d]);
+                vf u0 = splat(wa[t * g.D + d]), u1 = splat(wb[t * g.D + d]);
                 const float* hr = Hb.data() + d * NH + t;
-                for (int q = 0; q < KT / V; ++q) acc[q] += w * ld(hr + q * V);
+                for (int q = 0; q < KT / V; ++q) { vf hv = ld(hr + q * V); acc[0][q] += u0 * hv; acc[1][q] += u1 * hv; }
               }
-            float* o = orow + h * g.Tq * g.Tk + j0;
-            if (n == KT) for (int q = 0; q < KT / V; ++q) st(o + q * V, acc[q]);
-            else { float tmp[KT]; for (int q = 0; q < KT / V; ++q) st(tmp + q * V, acc[q]); std::memcpy(o, tmp, sizeof(float) * n); }
+            for (int e = 0; e < nh; ++e) {
+              float* o = orow + (h0 + e) * g.Tq * g.Tk + j0;
+              if (n == KT) for (int q = 0; q < KT / V; ++q) st(o + q * V, acc[e][q]);
+              else { float tmp[KT]; for (int q = 0; q < KT / V; ++q) st(tmp + q * V, acc[e][q]); std::memcpy(o, tmp, sizeof(float) * n); }
+            }
           }
         }
         for (int64_t h = 0; h < g.H; ++h) {
           float* o = orow + h * g.Tq * g.Tk;
-          for (int64_t j = L; j < g.Tk; ++j) o[j] = ninf;
+          if (g.softmax) softmax_row(o, L, g.Tk);
+          else for (int64_t j = L; j < g.Tk; ++j) o[j] = -std::numeric_limits<float>::infinity();
         }
       }
   }
 }
+
 
 template <int NU>
 static void backward_impl(const Geo& g, const float* x, const float* y, const int64_t* lim, const float* w1, const float* b1,
@@ -332,141 +417,12 @@ extern "C" int refine_backward(const float* go, const float* x, const float* y, 
   Geo g = geometry(dims, ystrides, gamma, slope, threads);
   return by_nu(g.P, [&](auto nu) { backward_impl<decltype(nu)::value>(g, x, y, lim, w1, b1, w2, go, gx, gy, gw1, gb1, gw2, gb2); });
 }
-// ---- inference: the attention weights softmax(mask(refine(scale·QKᵀ + B))) in one pass over each query row ----
-typedef int32_t vi __attribute__((vector_size(64)));
-
-// e^x for x <= 0 (logits minus their row's maximum): 2^n e^r, n = round(x log2 e), |r| <= ln2/2, Cephes' polynomial for e^r
-static inline vf vexp(vf x) {
-  x = x < splat(-87.0f) ? splat(-87.0f) : x;                 // below: 2^n leaves the normal floats (e^-87 is 1.6e-38)
-  vf n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;      // rounded to an integer: 1.5·2^23 has an ulp of 1
-  vf r = x - n * 0.693359375f + n * 2.12194440e-4f;          // x − n ln 2, ln 2 in two parts (Cephes' C1, C2)
-  vf p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f; p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f;
-  vf y = p * r * r + r + 1.0f;
-  vi e = (__builtin_convertvector(n, vi) + 127) << 23;        // 2^n: n + 127 in a float's exponent bits
-  vf s; std::memcpy(&s, &e, sizeof(vf));
-  return y * s;
-}
-
-// o[0, L) <- softmax of o[0, L); o[L, Tk) <- 0. No visible key: NaN, as softmax over −inf alone gives
-static inline void softmax_row(float* o, int64_t L, int64_t Tk) {
-  if (L <= 0) { for (int64_t j = 0; j < Tk; ++j) o[j] = std::numeric_limits<float>::quiet_NaN(); return; }
-  const int64_t nv = L / V * V;
-  vf mv = splat(-std::numeric_limits<float>::infinity());
-  for (int64_t j = 0; j < nv; j += V) { vf a = ld(o + j); mv = a > mv ? a : mv; }
-  float m = -std::numeric_limits<float>::infinity();
-  for (int u = 0; u < V; ++u) m = std::max(m, mv[u]);
-  for (int64_t j = nv; j < L; ++j) m = std::max(m, o[j]);
-  vf sv = vf{};
-  for (int64_t j = 0; j < nv; j += V) { vf e = vexp(ld(o + j) - m); st(o + j, e); sv += e; }
-  float s = hsum(sv);
-  for (int64_t j = nv; j < L; ++j) { o[j] = std::exp(o[j] - m); s += o[j]; }
-  const float inv = 1.0f / s;
-  for (int64_t j = 0; j < nv; j += V) st(o + j, ld(o + j) * inv);
-  for (int64_t j = nv; j < L; ++j) o[j] *= inv;
-  for (int64_t j = L; j < Tk; ++j) o[j] = 0;
-}
-
-// rows for keys [k0, k0 + n), zero outside [0, lim), channels c < nch: channel c < Cx is the logit scale·x (+ the bias
-// when bias_in_x), channel Cx + c the bias; the bias is read through its strides, which may be negative (a Toeplitz block)
-static inline void load_attend(const Geo& g, const float* x, const float* y, int64_t b, int64_t i, int64_t k0, int64_t n,
-                               int64_t lim, float* buf, int64_t ld_buf, int64_t nch) {
-  int64_t lo = std::max<int64_t>(0, -k0), hi = std::min<int64_t>(n, lim - k0);
-  for (int64_t c = 0; c < nch; ++c) {
-    float* r = buf + c * ld_buf;
-    std::memset(r, 0, sizeof(float) * n);
-    if (hi <= lo) continue;
-    const int64_t hc = c < g.Cx ? c : c - g.Cx, s = g.ys[3];
-    const float* yr = y ? y + (g.By == 1 ? 0 : b) * g.ys[0] + hc * g.ys[1] + i * g.ys[2] + k0 * s : nullptr;
-    if (c < g.Cx) {
-      const float* xr = x + ((b * g.Cx + c) * g.Tq + i) * g.Tk + k0;
-      if (!g.bias_in_x) for (int64_t u = lo; u < hi; ++u) r[u] = g.scale * xr[u];
-      else if (s == 1) for (int64_t u = lo; u < hi; ++u) r[u] = g.scale * xr[u] + yr[u];
-      else for (int64_t u = lo; u < hi; ++u) r[u] = g.scale * xr[u] + yr[u * s];
-    } else if (s == 1) std::memcpy(r + lo, yr + lo, sizeof(float) * (hi - lo));
-    else for (int64_t u = lo; u < hi; ++u) r[u] = yr[u * s];
-  }
-}
-
-template <int NU>
-static void attend_impl(const Geo& g, const float* x, const float* y, const int64_t* lim, const float* w1, const float* b1,
-                        const float* w2, const float* b2, float* out) {
-  const int64_t Cin = g.Cx + g.Cy, NX = NU * V + 2 * g.P + V, NH = NU * V + V;
-  // K = 1 with one Toeplitz bias for the batch (query stride = −key stride): W_B B + b1 depends on j − i alone, so it is
-  // computed once per offset, tab[d][j − i + Tq − 1], and each pair's hidden units read only the score channels
-  const bool table = g.K == 1 && g.Cy > 0 && g.By == 1 && g.ys[2] == -g.ys[3];
-  const int64_t nch = table && g.gamma == 0 ? g.Cx : Cin;   // the bias rows are read per tile only for γB or the hidden map
-  const int64_t LT = g.Tq + g.Tk + KT + 2 * V;
-  std::vector<float> tab(table ? g.D * LT : 0);
-  if (table) {
-#pragma omp parallel for num_threads(g.threads) schedule(static)
-    for (int64_t d = 0; d < g.D; ++d)
-      for (int64_t m = 0; m < LT; ++m) {
-        const int64_t r = m - (g.Tq - 1);           // the offset j − i; beyond Tk − 1 no pair reads it unmasked
-        float s = b1[d];
-        if (r < g.Tk)
-          for (int64_t c = 0; c < g.Cy; ++c) s += w1[d * Cin + g.Cx + c] * y[c * g.ys[1] + r * g.ys[3]];
-        tab[d * LT + m] = s;
-      }
-  }
-#pragma omp parallel num_threads(g.threads)
-  {
-    std::vector<float> Xb(Cin * NX), Hb(g.D * NH);
-#pragma omp for collapse(2) schedule(dynamic, 8)
-    for (int64_t b = 0; b < g.B; ++b)
-      for (int64_t i = 0; i < g.Tq; ++i) {
-        const int64_t L = std::min(lim[i], g.Tk);
-        float* orow = out + (b * g.H * g.Tq + i) * g.Tk;   // + h * Tq * Tk
-        for (int64_t j0 = 0; j0 < L; j0 += KT) {
-          load_attend(g, x, y, b, i, j0 - 2 * g.P, NX, L, Xb.data(), NX, nch);
-          if (table) hidden_pair<NU>(g, w1, b1, Xb.data(), NX, Hb.data(), NH, g.Cx, tab.data() + j0 - i + g.Tq - 1, LT);
-          else hidden_pair<NU>(g, w1, b1, Xb.data(), NX, Hb.data(), NH, Cin, nullptr, 0);
-          for (int64_t d = 0; d < g.D; ++d)
-            for (int q = 0; q < NU; ++q) {
-              float* p = Hb.data() + d * NH + q * V;
-              vf a = ld(p); st(p, a > 0 ? a : a * g.slope);
-            }
-          mask_hidden(g, Hb.data(), NH, NU * V, j0, L);
-          const int64_t n = std::min<int64_t>(KT, L - j0);
-          for (int64_t h0 = 0; h0 < g.H; h0 += 2) {   // two heads at a time: each hidden vector feeds two accumulators
-            const int nh = h0 + 1 < g.H ? 2 : 1;
-            vf acc[2][KT / V];
-            for (int e = 0; e < 2; ++e) {
-              const int64_t h = e < nh ? h0 + e : h0;
-              const float* xr = Xb.data() + h * NX + 2 * g.P;
-              const float* yr = Xb.data() + (g.Cx + h) * NX + 2 * g.P;
-              for (int q = 0; q < KT / V; ++q) {
-                acc[e][q] = splat(b2[h]) + ld(xr + q * V);
-                if (g.Cy && g.gamma != 0) acc[e][q] += g.gamma * ld(yr + q * V);
-              }
-            }
-            const float* wa = w2 + h0 * g.K * g.D;
-            const float* wb = w2 + (nh == 2 ? h0 + 1 : h0) * g.K * g.D;
-            for (int64_t t = 0; t < g.K; ++t)
-              for (int64_t d = 0; d < g.D; ++d) {
-                vf u0 = splat(wa[t * g.D + d]), u1 = splat(wb[t * g.D + d]);
-                const float* hr = Hb.data() + d * NH + t;
-                for (int q = 0; q < KT / V; ++q) { vf hv = ld(hr + q * V); acc[0][q] += u0 * hv; acc[1][q] += u1 * hv; }
-              }
-            for (int e = 0; e < nh; ++e) {
-              float* o = orow + (h0 + e) * g.Tq * g.Tk + j0;
-              if (n == KT) for (int q = 0; q < KT / V; ++q) st(o + q * V, acc[e][q]);
-              else { float tmp[KT]; for (int q = 0; q < KT / V; ++q) st(tmp + q * V, acc[e][q]); std::memcpy(o, tmp, sizeof(float) * n); }
-            }
-          }
-        }
-        for (int64_t h = 0; h < g.H; ++h) softmax_row(orow + h * g.Tq * g.Tk, L, g.Tk);
-      }
-  }
-}
-
 extern "C" int attend_forward(const float* x, const float* y, const int64_t* lim, const float* w1, const float* b1,
                               const float* w2, const float* b2, float* out, const int64_t* dims, const int64_t* ystrides,
                               float gamma, float slope, float scale, int bias_in_x, int threads) {
   Geo g = geometry(dims, ystrides, gamma, slope, threads);
-  g.scale = scale; g.bias_in_x = bias_in_x && y != nullptr;
-  return by_nu(g.P, [&](auto nu) { attend_impl<decltype(nu)::value>(g, x, y, lim, w1, b1, w2, b2, out); });
+  g.scale = scale; g.bias_in_x = bias_in_x && y != nullptr; g.softmax = 1;
+  return by_nu(g.P, [&](auto nu) { forward_impl<decltype(nu)::value>(g, x, y, lim, w1, b1, w2, b2, out); });
 }
 """
 
