@@ -159,7 +159,7 @@ class WrappedPE(PE):
     def score_mod(self, pos, layer=0):
         return self.inner.score_mod(pos, layer) if not _overrides(self, "bias") else PE.score_mod(self, pos, layer)
     def fused_weights(self, q, k, scale, bias, mask, layer=0):   # the inner PE's shortcut holds only if every step it replaces is the inner's
-        if any(getattr(type(self), n) is not getattr(WrappedPE, n) for n in ("bias", "refine", "logits")): return None
+        if any(getattr(type(self), n) is not getattr(WrappedPE, n) or n in vars(self) for n in ("bias", "refine", "logits")): return None
         return self.inner.fused_weights(q, k, scale, bias, mask, layer)
 
     def _uses(self, name: str) -> bool:
@@ -190,8 +190,8 @@ class WrappedPE(PE):
 # %% ../nbs/01_attention.ipynb #ddfeb723
 PATHS = ("naive", "sdpa", "flex", "chunked")
 CHUNK_AUTO_LEN = 2048   # auto switches to chunked beyond this for logits PEs, and for biases on a CPU
-CHUNK_INFER_LEN = 512   # refine PEs without autograd go chunked beyond this: the blocks skip the masked half (DAPE at T=2048: about 2x faster than naive)
-CHUNK_TRAIN_LEN = 1024  # refine PEs under autograd go chunked beyond this: naive keeps f's [B, 32, T, T] hidden per layer (512 MiB a sequence at T=2048)
+CHUNK_INFER_LEN = 512   # refine PEs without autograd go chunked beyond this: the blocks skip the masked half of the T×T map
+CHUNK_TRAIN_LEN = 1024  # refine PEs under autograd go chunked beyond this: each block is recomputed in backward, so autograd keeps one block's map
 
 
 def causal_mask(tq: int, tk: int, device=None, q_offset: int = 0) -> Tensor:

@@ -371,14 +371,15 @@ def roofline_figure(res: dict, peak_gflops: Optional[float] = None, path=None):
     for ax, mode in zip(axes[0], modes):
         rows = [r for r in res["rows"] if r["mode"] == mode and "error" not in r]
         ax.bar(range(len(rows)), [r["gflops"] for r in rows], color=[libs.get(r["library"], "C7") for r in rows])
-        ax.set_xticks(range(len(rows)), [f"{r['pe']}\n{r['contender'].removeprefix('HF ')}" for r in rows], fontsize=6,
+        ax.set_xticks(range(len(rows)), [f"{r['pe']}\n{r['contender'].removeprefix('HF ')}" for r in rows], fontsize=8,
                       rotation=90)
         if peak_gflops: ax.axhline(peak_gflops, color="k", ls="--", lw=1, label=f"fp32 matmul, measured: {peak_gflops:.0f}")
         T, B = (rows[0]["T"], rows[0]["B"]) if rows else (0, 0)
         ax.set(ylabel="achieved GFLOP/s", title=f"{mode} (T={T}, B={B}), {res['threads']} thread{'s' * (res['threads'] > 1)}")
         for lib, c in libs.items(): ax.bar([0], [0], color=c, label=lib)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()   # one legend under the panels, below the tick labels: no bar hidden
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=9)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     if path: fig.savefig(path, dpi=100, bbox_inches="tight")
     return fig
 
@@ -409,7 +410,7 @@ def _with_eager(fn: Callable) -> Callable:
 
 
 def _with_dense_fire(fn: Callable) -> Callable:
-    "fn with FIRE's bias as a dense [H, T, T] mask (as before its Toeplitz form)."
+    "fn with FIRE's bias as a dense [H, T, T] mask (the alternative to its Toeplitz view)."
     def run(*args, **kwargs):
         orig = FirePE.toeplitz
         FirePE.toeplitz = lambda self, pos: False

@@ -23,9 +23,9 @@ from .pe import fused
 # %% auto #0
 __all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'PROTOCOL', 'check_protocol_args', 'last_k_windows', 'nonoverlap_windows',
            'sliding_windows', 'protocol_windows', 'window_losses', 'parse_bytes', 'format_bytes', 'available_memory',
-           'memory_budget', 'fused_refine_runs', 'estimate_eval_memory', 'estimate_train_memory', 'EvalPlan',
-           'plan_eval', 'perplexity', 'window_ppl_interval', 'position_losses', 'ppl_curve', 'eval_lengths', 'plot_ppl',
-           'Protocol', 'check_protocol', 'check_lengths']
+           'memory_budget', 'fused_refine_runs', 'fused_weights_run', 'estimate_eval_memory', 'estimate_train_memory',
+           'EvalPlan', 'plan_eval', 'perplexity', 'window_ppl_interval', 'position_losses', 'ppl_curve', 'eval_lengths',
+           'plot_ppl', 'Protocol', 'check_protocol', 'check_lengths']
 
 # %% ../nbs/53_evaluate.ipynb #12c3b9d5
 PROTOCOLS = ("last_k", "nonoverlap", "sliding")
@@ -188,6 +188,11 @@ def fused_refine_runs(device) -> bool:
     return device.type == "cpu" and "error" not in fused.build_info()
 
 
+def fused_weights_run(device) -> bool:
+    "Whether DAPE/CDAPE return their attention weights from one kernel pass at inference on `device` (the CPU kernel, chapter 43)."
+    return device.type == "cpu" and fused.weights_enabled() and "error" not in fused.build_info()
+
+
 def _estimate_inputs(model_or_cfg, length: int, batch: int, path: str, device, training: bool) -> tuple:
     "(cfg, pe, device, path) of a memory estimate, its sizes checked and an `auto` path resolved (gradients on when `training`)."
     cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
@@ -212,7 +217,10 @@ def estimate_eval_memory(model_or_cfg, length: int, *, batch: int = 1, path: str
         n = B * H * tq * T
         scores = 3 * n + (H * tq * T if pe.uses_bias else 0) + tq * T
         if pe.uses_logits: scores += 2 * n
-        if pe.uses_refine:   # the fused kernel (chapter 43) writes only the refined logits; the eager form f's maps too
+        if pe.uses_refine and not pe.uses_logits and fused_weights_run(device):
+            # one kernel pass (chapter 43): QKᵀ and the weights only; a chunked block reads a relative bias from its row
+            scores = 2 * n + tq * T + (H * tq * T if pe.uses_bias and (path == "naive" or not pe.relative_bias) else 0)
+        elif pe.uses_refine:   # the refine kernel (chapter 43) writes only the refined logits; the eager form f's maps too
             scores += B * tq * T * (H if fused_refine_runs(device) else 4 * H + 3 * getattr(pe, "width", 32))
     elif path == "sdpa":
         scores = (2 * H * T * T + B * H * T * T) if pe.uses_bias and not pe.relative_bias else 2 * H * T if pe.uses_bias else 0

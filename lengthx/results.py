@@ -194,8 +194,10 @@ def provenance_line(rec: dict) -> str:
     src = f", source sha256 {p['source_sha256'][:10]}" if p.get("source_sha256") else ""
     wall = f", {p['wall_seconds'] / 60:.1f} min" if isinstance(p.get("wall_seconds"), (int, float)) else ""
     version = f"lengthx {p['lengthx']} at " if p.get("lengthx") else "commit "
+    res = rec.get("result")
+    n = res["threads"] if isinstance(res, dict) and isinstance(res.get("threads"), int) else p.get("threads", "?")   # a unit that sets its own threads says so in its result
     return (f"{rec['unit']} ({rec['preset']}): {version}{sha} ({state}{src}); {device_of(rec)}, "
-            f"{p.get('threads', '?')} thread{'' if p.get('threads') == 1 else 's'}, torch {p.get('torch', '?')}{wall}, {p.get('time', '?')}")
+            f"{n} thread{'' if n == 1 else 's'}, torch {p.get('torch', '?')}{wall}, {p.get('time', '?')}")
 
 
 def results_overview(recs: Sequence[dict]) -> str:
