@@ -28,10 +28,10 @@ from .data import atomic_write_bytes
 from .results import provenance
 
 # %% auto #0
-__all__ = ['MOD', 'ARITH', 'MAB_SYMBOLS', 'EQ_SYMBOLS', 'AB', 'BITS', 'ENDED', 'LEARNED', 'FALLBACK_MARGIN', 'Task',
-           'evaluate_mod', 'bracket_expression', 'add_bits', 'che_tasks', 'encoder_batch', 'che_spec', 'CHEConfig',
-           'che_loss', 'masked_accuracy', 'che_positions', 'learning_point', 'train_che', 'eval_che', 'run_che',
-           'run_che_many', 'run_che_grid', 'learned', 'learned_or_fallback', 'che_table']
+__all__ = ['MOD', 'ARITH', 'MAB_SYMBOLS', 'EQ_SYMBOLS', 'AB', 'BITS', 'ENDED', 'LEARNED', 'Task', 'evaluate_mod',
+           'bracket_expression', 'add_bits', 'che_tasks', 'encoder_batch', 'che_spec', 'CHEConfig', 'che_loss',
+           'masked_accuracy', 'che_positions', 'learning_point', 'train_che', 'eval_che', 'run_che', 'run_che_many',
+           'run_che_grid', 'learned', 'che_table']
 
 # %% ../nbs/60_che.ipynb #479d2898
 def _py_rng(generator: Optional[torch.Generator]) -> random.Random:
@@ -672,17 +672,6 @@ LEARNED = 0.9   # in-distribution accuracy at or above which a run counts as hav
 def learned(run: dict, threshold: float = LEARNED) -> Optional[bool]:
     "Whether a run learned its task at the training lengths (None for a run stored without that check)."
     return None if "ind" not in run else run["ind"] >= threshold
-
-
-FALLBACK_MARGIN = 0.25   # for a run stored without the check: accuracy at its first test length this far above chance
-
-
-def learned_or_fallback(run: dict, margin: float = FALLBACK_MARGIN) -> bool:
-    "`learned(run)`; for a run stored without the in-distribution check, whether its first test length scores `margin` above chance."
-    got = learned(run)
-    if got is not None: return got
-    first = min(run["acc"], key=int)
-    return run["acc"][first] >= run["chance"] + margin
 
 
 def che_table(res: dict, digits: int = 1, what: str = "score", is_learned: Callable[[dict], Optional[bool]] = learned) -> str:

@@ -225,14 +225,13 @@ def test_in_distribution_lengths_lie_in_the_training_range():
     assert CHEConfig(task="reverse_string", pe="rope", ind_lens=(7, 9)).in_dist_lens == (7, 9)
 
 
-def test_fallback_rule_for_runs_without_the_in_distribution_check():
-    "A run stored without `ind` counts as learned only if its first test length is FALLBACK_MARGIN above chance; a checked run keeps `learned`."
-    from lengthx.tasks import FALLBACK_MARGIN, LEARNED, learned_or_fallback
-    old = lambda a41: {"task": "bucket_sort", "pe": "rope", "score": 0.5, "chance": 0.2, "acc": {"81": 0.99, "41": a41}}
-    assert learned_or_fallback(old(0.2 + FALLBACK_MARGIN)) and not learned_or_fallback(old(0.2 + FALLBACK_MARGIN - 0.01))
-    assert not learned_or_fallback({**old(0.99), "ind": LEARNED - 0.01})           # the check, when present, decides
-    res = {"runs": {"a": old(0.9), "b": {**old(0.3), "pe": "alibi"}}}
-    assert che_table(res, is_learned=learned_or_fallback).splitlines()[-1] == "| CS | bucket_sort | 20 | 50.0 | – |"
+def test_table_shows_a_score_only_where_the_task_was_learned_in_distribution():
+    "A run below LEARNED at its training lengths reads '–' (its test accuracy says nothing about extrapolation); a learned run shows its score."
+    from lengthx.tasks import LEARNED
+    run = lambda pe, ind: {"task": "bucket_sort", "pe": pe, "score": 0.5, "chance": 0.2, "acc": {"41": 0.9}, "ind": ind}
+    res = {"runs": {"a": run("rope", LEARNED), "b": run("alibi", LEARNED - 0.01)}}
+    assert che_table(res).splitlines()[-1] == "| CS | bucket_sort | 20 | 50.0 | – |"
+    assert che_table(res, what="ind").splitlines()[-1] == f"| CS | bucket_sort | 20 | {100 * LEARNED:.1f} | {100 * (LEARNED - 0.01):.1f} |"
 
 
 TINY_CHE = dict(task="bucket_sort", pe="rope", n_layer=1, n_head=2, d_model=16, batch_size=4, train_max_len=10,
