@@ -190,7 +190,7 @@ def fused_refine_runs(device) -> bool:
 
 def fused_weights_run(device) -> bool:
     "Whether DAPE/CDAPE return their attention weights from one kernel pass at inference on `device` (the CPU kernel, chapter 43)."
-    return device.type == "cpu" and fused.weights_enabled() and "error" not in fused.build_info()
+    return device.type == "cpu" and fused.weights_enabled() and fused_refine_runs(device)
 
 
 def _estimate_inputs(model_or_cfg, length: int, batch: int, path: str, device, training: bool) -> tuple:

@@ -31,9 +31,9 @@ except ImportError:
 # %% auto #0
 __all__ = ['CPP_SOURCE', 'KERNEL_ENV', 'BUILD_FLAGS', 'REFINE_TOL', 'LAUNCH', 'SM90_SHARED', 'kernel_enabled', 'kernel_mode',
            'eager_refine', 'cpu_kernel', 'build_info', 'visible_counts', 'kernel_weights', 'fold_bias_weights',
-           'cpu_refine_forward', 'cpu_refine_backward', 'FusedRefine', 'kernel_ready', 'f_weights', 'fused_refine',
-           'triton_kernels', 'triton_refine_forward', 'triton_refine_backward', 'default_stages', 'kernel_shared_bytes',
-           'weights_enabled', 'bias_operand', 'cpu_attend_forward', 'fused_weights']
+           'variant_operands', 'cpu_refine_forward', 'cpu_refine_backward', 'FusedRefine', 'kernel_ready', 'f_weights',
+           'fused_refine', 'triton_kernels', 'triton_refine_forward', 'triton_refine_backward', 'default_stages',
+           'kernel_shared_bytes', 'weights_enabled', 'bias_operand', 'cpu_attend_forward', 'fused_weights']
 
 # %% ../../nbs/43_dape_fast.ipynb #882b105c
 CPP_SOURCE = r"""#include <algorithm>
@@ -505,6 +505,12 @@ def fold_bias_weights(w1: Tensor, h: int) -> Tensor:
     return torch.cat([w1[..., :h], w1[..., h:] - w1[..., :h]], dim=-1)
 
 
+def variant_operands(w1: Tensor, h: int, has_bias: bool, variant: str) -> tuple[Tensor, float, bool]:
+    "(W1, γ, whether f reads the bias channels) for a DAPE variant: f(A) alone without a bias or for add_residual; else W1 folded onto [A; B], γ = −1 for concat (S + f = A − B + f), 0 for concat_residual (A + f)."
+    if not has_bias or variant == "add_residual": return w1, 0.0, False
+    return fold_bias_weights(w1, h), (-1.0 if variant == "concat" else 0.0), True
+
+
 def _ptr(t: Optional[Tensor]):
     "A tensor's data as a C pointer (NULL for None)."
     return ctypes.c_void_p(None if t is None else t.data_ptr())
@@ -601,12 +607,9 @@ def fused_refine(f: nn.Module, scores: Tensor, bias: Optional[Tensor], mask: Opt
     wts = f_weights(f)
     if wts is None: return None
     w1, b1, w2, b2 = wts
-    h = scores.shape[1]
-    if bias is None or variant == "add_residual":   # f(A): the scores alone
-        return FusedRefine.apply(scores, None, w1, b1, w2, b2, lim, 0.0, f.slope, interpret)
-    bias = bias if bias.dim() == 4 else bias[None]
-    gamma = -1.0 if variant == "concat" else 0.0     # concat: S + f = A − B + f; concat_residual: A + f
-    return FusedRefine.apply(scores, bias, fold_bias_weights(w1, h), b1, w2, b2, lim, gamma, f.slope, interpret)
+    w1, gamma, channels = variant_operands(w1, scores.shape[1], bias is not None, variant)
+    y = (bias if bias.dim() == 4 else bias[None]) if channels else None
+    return FusedRefine.apply(scores, y, w1, b1, w2, b2, lim, gamma, f.slope, interpret)
 
 # %% ../../nbs/43_dape_fast.ipynb #b059b393
 # relative tolerance of a kernel against the plain form in float32: a margin, wider on the GPU, whose atomics add in no fixed order
@@ -871,9 +874,6 @@ def fused_weights(f: nn.Module, q: Tensor, k: Tensor, scale: float, bias, mask: 
     wts = f_weights(f)
     if lim is None or wts is None: return None
     w1, b1, w2, b2 = (t.detach().contiguous() for t in wts)
-    h = q.shape[1]
-    channels = bias is not None and variant != "add_residual"   # f reads [A; B] (folded weights), else A alone
-    if channels: w1 = fold_bias_weights(w1, h).contiguous()
-    gamma = -1.0 if channels and variant == "concat" else 0.0
+    w1, gamma, channels = variant_operands(w1, q.shape[1], bias is not None, variant)
     raw = torch.matmul(q, k.transpose(-1, -2)).contiguous()
-    return cpu_attend_forward(raw, bias, lim.contiguous(), w1, b1, w2, b2, gamma, f.slope, scale, channels)
+    return cpu_attend_forward(raw, bias, lim.contiguous(), w1.contiguous(), b1, w2, b2, gamma, f.slope, scale, channels)
