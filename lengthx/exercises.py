@@ -30,14 +30,18 @@ from .recall import Recall
 from .tasks import che_tasks, evaluate_mod
 
 # %% auto #0
-__all__ = ['EXERCISES', 'KINDS', 'Fail', 'Exercise', 'autograded', 'written', 'known', 'get', 'solution', 'check', 'attend',
-           'sinusoidal', 'rope_rotate_half', 'layout_permutation', 'xpos_scale', 'ntk_inv_freq', 'alibi_bias', 'is_cpd',
-           'cpd_counterexample', 'fire_distance', 'randomized_positions', 'segment_positions', 'dape_logits',
+__all__ = ['EXERCISES', 'KINDS', 'Fail', 'NotAttempted', 'Exercise', 'autograded', 'written', 'known', 'get', 'solution', 'check',
+           'attend', 'sinusoidal', 'rope_rotate_half', 'layout_permutation', 'xpos_scale', 'ntk_inv_freq', 'alibi_bias',
+           'is_cpd', 'cpd_counterexample', 'fire_distance', 'randomized_positions', 'segment_positions', 'dape_logits',
            'causal_key_conv', 'last_k_windows', 'solve_modular_arithmetic', 'mqar_targets']
 
 # %% ../nbs/80_exercises.ipynb #da9d28e4
 class Fail(Exception):
     "A property check failed: the message names the property, the input, and what was expected against what came back."
+
+
+class NotAttempted(Fail):
+    "The student's function raised NotImplementedError: it is still the stub, so there is nothing to grade yet."
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,8 @@ def _call(fn: Callable, what: str, *args, **kw):
         return fn(*args, **kw)
     except Fail:
         raise
+    except NotImplementedError:
+        raise NotAttempted("your function raised NotImplementedError: it is still the stub.") from None
     except Exception as e:
         raise Fail(f"your function raised {type(e).__name__}{': ' + str(e) if str(e) else ''} when called with {what}.") from None
 
@@ -165,16 +171,16 @@ def solution(id: str) -> Callable:
     return ex.reference
 
 
-def _run_one(chk: Callable, fn: Callable) -> Optional[str]:
-    "None when the property holds, else the sentence that explains the failure."
+def _run_one(chk: Callable, fn: Callable) -> Optional[Fail]:
+    "None when the property holds, else the Fail that explains it (a `NotAttempted` when `fn` is still the stub)."
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             chk(fn)
     except Fail as e:
-        return str(e)
+        return e
     except Exception as e:  # the student's output broke the comparison itself (a wrong type, NaN shapes, …)
-        return f"checking this property raised {type(e).__name__}: {e} — look at what your function returns."
+        return Fail(f"checking this property raised {type(e).__name__}: {e} — look at what your function returns.")
     return None
 
 
@@ -188,13 +194,17 @@ def check(id: str, fn: Callable, quiet: bool = False) -> bool:
         if not quiet: print(f"Exercise {id}: expected a function {ex.signature}, got {type(fn).__name__}.")
         return False
     results = [(chk.__doc__ or chk.__name__, _run_one(chk, fn)) for chk in ex.checks]
-    ok = all(msg is None for _, msg in results)
-    if not quiet:
-        n_ok = sum(msg is None for _, msg in results)
-        print(f"Exercise {id} — {ex.title}: {n_ok}/{len(results)} checks passed.")
-        for name, msg in results: print(f"  {'✓' if msg is None else '✗'} {name}")
-        first = next((name, msg) for name, msg in results if msg is not None) if not ok else None
-        if first: print(f"\nFirst failure — {first[0]}:\n  {first[1]}")
+    ok = all(err is None for _, err in results)
+    if quiet: return ok
+    errors = [err for _, err in results if err is not None]
+    if errors and all(isinstance(err, NotAttempted) for err in errors):   # still the stub: an invitation, not a failure
+        print(f"Exercise {id} — {ex.title}: not attempted yet. Replace the stub's body and run this cell again; "
+              f"{len(results)} property checks are waiting.")
+        return False
+    print(f"Exercise {id} — {ex.title}: {sum(err is None for _, err in results)}/{len(results)} checks passed.")
+    for name, err in results: print(f"  {'✓' if err is None else '✗'} {name}")
+    first = next(((name, err) for name, err in results if err is not None), None)
+    if first: print(f"\nFirst failure — {first[0]}:\n  {first[1]}")
     return ok
 
 # %% ../nbs/80_exercises.ipynb #c84cb3a3

@@ -326,7 +326,11 @@ def test_wrong_answer_rejected(id, wrong, capsys):
 def test_stub_crash_and_none_are_false_with_a_message(id, capsys):
     def stub(*a, **k): raise NotImplementedError("write me")
     assert E.check(id, stub) is False
-    assert "NotImplementedError: write me when called with" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "not attempted yet" in out and "✗" not in out and "checks passed" not in out   # a stub is invited, not failed
+    def crash(*a, **k): raise RuntimeError("write me")
+    assert E.check(id, crash) is False
+    assert "RuntimeError: write me when called with" in capsys.readouterr().out
     assert E.check(id, lambda *a, **k: None) is False
     assert "None" in capsys.readouterr().out
     assert E.check(id, "not a function") is False
