@@ -163,6 +163,14 @@ class Comparison:
         "The length in words: '16× (1,024 tokens)'."
         return f"{self.length // self.train_len}× ({self.length:,} tokens)" if self.train_len else f"{self.length} tokens"
 
+    def gap(self) -> str:
+        "The paired difference with its interval and seed count, or why there is none."
+        if self.interval is None: return self.why
+        d = 2 if self.quantity == "level" else 3
+        num = lambda v: f"{v:+.{d}f}" if round(v, d) != 0 else f"{0:.{d}f}"      # no "-0.000"
+        return (f"paired difference {num(self.mean)}, 95% interval [{num(self.interval[0])}, {num(self.interval[1])}] "
+                f"over {self.n} seeds")
+
     def sentence(self) -> str:
         "The reading sentence, built from the numbers: values, the paired difference, its interval and the seeds."
         return _sentence(self)
@@ -189,11 +197,8 @@ def _sentence(c: Comparison) -> str:
         return (f"`{c.a}` {va} and {name_b} {vb} ({what} at {c.where()}, seed {seeds} alone): "
                 f"one seed is shown, not ranked.")
     word = {"<": "lower than", ">": "higher than", "≈": "not told apart from"}[c.verdict]
-    digits = 2 if c.quantity == "level" else 3
-    lo, hi = c.interval
     other = name_b if _is_const(c.b) else f"{name_b}'s ({vb})"
-    return (f"`{c.a}`'s {what} at {c.where()} ({va}, mean of seeds {seeds}) is {word} {other}: "
-            f"paired difference {c.mean:+.{digits}f}, 95% interval [{lo:+.{digits}f}, {hi:+.{digits}f}] over {c.n} seeds.")
+    return f"`{c.a}`'s {what} at {c.where()} ({va}, mean of seeds {seeds}) is {word} {other}: {c.gap()}."
 
 
 def _is_const(b) -> bool:
@@ -209,6 +214,13 @@ def values_of(spec: str, quantity: str, length: Optional[int], recs=None, preset
     L = s.train_len if length is None else int(length)
     vals = level(s, L) if quantity == "level" else growth(s, L)
     return vals, L, s
+
+
+def _coverage(spec: str, length: int, recs, preset: str, gpu: bool) -> str:
+    "What is committed of `spec`: its seeds and files, or that they have no value at `length`."
+    s = gather(spec, recs, preset, gpu)
+    if s.rows and not level(s, length): return f"{s.describe()}, none measured at {length} tokens"
+    return s.describe()
 
 
 def compare(a: str, b: Union[str, float], quantity: str = "level", length: Optional[int] = None, *,
@@ -229,9 +241,8 @@ def compare(a: str, b: Union[str, float], quantity: str = "level", length: Optio
         mean, iv = paired_interval(diffs)
         why = "the interval excludes 0" if _verdict(iv) != "≈" else "the interval contains 0"
         return Comparison(a, label, quantity, L, sa.train_len, A, B, seeds, diffs, mean, iv, _verdict(iv), why, method)
-    why = ("one seed: shown, never ranked" if seeds else
-           f"no seed of both is committed ({gather(a, recs, preset, gpu).describe()}"
-           + ("" if _is_const(b) else f"; {gather(str(b), recs, preset, gpu).describe()}") + ")")
+    why = "one seed: shown, never ranked" if seeds else "no seed of both is committed at this length (" + "; ".join(
+        _coverage(x, L, recs, preset, gpu) for x in ([a] if _is_const(b) else [a, str(b)])) + ")"
     return Comparison(a, label, quantity, L, sa.train_len, A, B, seeds, diffs, diffs[0] if diffs else None, None, "≈",
                       why, "no interval: fewer than two paired seeds")
 

@@ -127,3 +127,13 @@ def test_reads_line_names_each_file_with_its_hash(tmp_path):
     assert line == f"{E.READS_PREFIX} main_cpu.json (sha256 {E.file_sha256(f)[:16]})"
     with pytest.raises(ValueError, match="at least one"): E.reads()
     with pytest.raises(ValueError, match="no result file"): E.reads_line("no_such_result.json")
+
+
+def test_a_length_not_measured_is_named_and_gap_reads_the_interval():
+    recs = three_seeds(0.5, (0.05, -0.05, 0.0))
+    c = E.compare("a", "b", "level", 128, recs=recs)            # only 64 and 1024 are measured
+    assert c.n == 0 and "none measured at 128 tokens" in c.why and c.gap() == c.why
+    ab = E.compare("a", "b", "level", recs=recs)
+    lo, hi = ab.interval
+    assert ab.gap() == f"paired difference +0.50, 95% interval [{lo:+.2f}, {hi:+.2f}] over 3 seeds"
+    assert E.compare("a", "a", "growth", 1024, recs=recs).gap().startswith("paired difference 0.000, 95% interval [0.000, 0.000]")
