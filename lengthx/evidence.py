@@ -429,9 +429,9 @@ def _iv(iv: Optional[tuple]) -> str:
 
 def ledger_table(rows: Sequence[LedgerRow]) -> str:
     "The ledger as a markdown table."
-    out = ["| paper | where | claim | paper's numbers | book | seeds | interval | verdict | why | GPU |", "|---" * 10 + "|"]
+    out = ["| paper | where | claim | measure | paper's numbers | book | seeds | interval | verdict | why | GPU |", "|---" * 11 + "|"]
     for r in rows:
-        out.append(f"| {r.paper} | {r.where} | {r.claim} | {r.paper_numbers} | {r.book} | "
+        out.append(f"| {r.paper} | {r.where} | {r.claim} | {r.metric.split(';')[0]} | {r.paper_numbers} | {r.book} | "
                    f"{', '.join(map(str, r.seeds)) or '—'} | {_iv(r.interval)} | **{r.verdict}** | {r.why} | {r.gpu} |")
     return "\n".join(out)
 
