@@ -27,6 +27,9 @@ STATIC = ROOT / "tools" / "site_static"
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 DROP = {"hide", "default_exp", "exporti"}
 TEST_RUNNER = re.compile(r"^[ \t]*#[ \t]*NBVAL_\w+[ \t]*\n?", re.M)   # nbval's cell markers: for the test runner, not the reader
+# printed lines that carry hashes for maintainers: on the page they fold under a "Provenance" detail
+# (lengthx.evidence.READS_PREFIX and lengthx.results.DETAIL_PREFIX; tests/test_check_pages.py holds them equal)
+FOLDED_PREFIXES = ("Committed results read:", "Made from:")
 REMOTE_IMG = re.compile(r"!\[[^\]]*\]\((https?:)?//[^)]*\)|<img[^>]+src=[\"'](https?:)?//", re.I)
 
 
@@ -112,6 +115,24 @@ def unlink(source: str, missing: list[str]) -> str:
     return source
 
 
+def fold_provenance(outputs: list[dict]) -> list[dict]:
+    "Printed provenance lines (hashes) moved out of the text into one collapsed detail after it."
+    out, folded = [], []
+    for o in outputs:
+        if o.get("output_type") == "stream":
+            lines = "".join(o["text"]).splitlines(keepends=True)
+            keep = [l for l in lines if not l.startswith(FOLDED_PREFIXES)]
+            folded += [l.strip() for l in lines if l.startswith(FOLDED_PREFIXES)]
+            if keep: out.append(dict(o, text="".join(keep)))
+        else: out.append(o)
+    if folded:
+        body = "\n\n".join(folded)
+        out.append({"output_type": "display_data", "metadata": {},
+                    "data": {"text/markdown": f"<details><summary>Provenance</summary>\n\n{body}\n\n</details>\n",
+                             "text/plain": body}})
+    return out
+
+
 def apply_directives(cells: list[dict], badge: str, missing: list[str] = ()) -> list[dict]:
     "The cells a reader sees, with nbdev's directives applied and the Colab badge served locally."
     out = []
@@ -140,7 +161,7 @@ def apply_directives(cells: list[dict], badge: str, missing: list[str] = ()) -> 
         if dirs.get("code-fold") in ("true", "show"): tags.append("hide-input")
         if not code.strip(): continue
         meta = dict(cell.get("metadata", {}), tags=sorted(set(tags)))
-        out.append(dict(cell, source=code, metadata=meta))
+        out.append(dict(cell, source=code, metadata=meta, outputs=fold_provenance(cell.get("outputs", []))))
     return out
 
 

@@ -25,6 +25,7 @@ ALLOWANCE = ROOT / "tools" / "page_allowance.json"
 MAX_LINES = 40
 PROVENANCE_PAGES = {"55_results", "72_reproduce"}
 HASH = re.compile(r"(?<![\w/#.-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,64}(?![\w/-])")
+DETAILS = re.compile(r"<details>.*?</details>", re.S)    # a collapsed detail: where hashes belong on a page
 DICT_REPR = re.compile(r"^\{['\"]")
 CLASSES = ("long_cells", "hashes", "raw_reprs", "grader_failures")
 
@@ -39,8 +40,8 @@ def visible_text(cell: dict) -> str:
             parts.append("".join(o.get("text", "")))
             data = o.get("data", {})
             for kind in ("text/markdown", "text/plain"):
-                if kind in data and not ("text/plain" == kind and "text/html" in data): parts.append("".join(data[kind]))
-    return "\n".join(parts)
+                if kind in data and not (kind == "text/plain" and {"text/html", "text/markdown"} & data.keys()): parts.append("".join(data[kind]))
+    return DETAILS.sub("", "\n".join(parts))
 
 
 def page_counts(path: Path) -> dict[str, int]:

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The book's GPU checks, in one run on a CUDA machine from a clean checkout (results go to $OUT, default ./gpu_out):
+#   0. the claims ledger's training path (lengthx.evidence, chapter 57): `lengthx reproduce --only main,seeds,baselines`
+#      at $BUDGET (seed 0 of every encoding, seeds 1 and 2 of the core ones, the baselines), the headline file
+#      main_$BUDGET.json copied to $OUT, and the ledger printed with these results beside the committed ones.
+#      On a CPU, `OUT=d BUDGET=smoke bash tools/gpu_checks.sh` runs this path at the smoke budget and stops after it;
 #   1. chapter 43's measurement on the GPU: `lengthx reproduce --budget colab --only dape_fast`;
 #   2. the compiled Triton refine kernel against the reference (tests/test_fused_refine.py's GPU tests);
 #   3. chapter 60's budget search: `lengthx reproduce --budget colab --only che_budget`.
-# T_CHE=0 skips step 3. Each step has its own time limit, so one that fails or overruns leaves the others' results.
+# T_LEDGER=0 skips step 0, T_CHE=0 step 3. Each step has its own time limit, so one that fails or overruns leaves the others' results.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}; BUDGET=${BUDGET:-colab}; mkdir -p "$OUT/res"
@@ -13,6 +17,21 @@ LX="import sys; from lengthx.cli import main; sys.exit(main(sys.argv[1:]))"   # 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.cuda.is_available())" 2>&1 | tee -a "$OUT/gpu.txt"
 git rev-parse HEAD 2>&1 | tee -a "$OUT/gpu.txt"; git status --porcelain --untracked-files=no -- lengthx 2>&1 | tee -a "$OUT/gpu.txt"
+if [ "${T_LEDGER:-240}" != 0 ]; then
+  t=$(date +%s)
+  timeout ${T_LEDGER:-240} python -c "$LX" reproduce --budget "$BUDGET" --only main,seeds,baselines --out "$OUT/res" --allow-dirty --quiet 2>&1 | tail -15
+  cp "$OUT/res/main_$BUDGET.json" "$OUT/" 2>/dev/null || cp "$OUT"/res/runs/*/main.partial.json "$OUT/" 2>/dev/null || true
+  python - "$OUT/res" "$BUDGET" <<'PY' 2>&1 | tee "$OUT/ledger.md"
+import sys, torch
+from lengthx.evidence import ledger, ledger_table
+from lengthx.results import load_results
+recs = load_results(["nbs/results", sys.argv[1]])
+# on a GPU the new files fill the ledger's GPU column; on a CPU they are read as the main column at their own budget
+print(ledger_table(ledger(recs, preset="cpu" if torch.cuda.is_available() else sys.argv[2])))
+PY
+  echo "ledger path: $(( $(date +%s) - t )) s"
+fi
+python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || { echo "no GPU: the GPU-only steps are skipped"; ls -la "$OUT"; exit 0; }
 t=$(date +%s)
 timeout ${T_DAPE:-240} python -c "$LX" reproduce --budget "$BUDGET" --only dape_fast --out "$OUT/res" --allow-dirty --quiet 2>&1 | tail -15
 echo "dape_fast: $(( $(date +%s) - t )) s"

@@ -16,7 +16,7 @@ FLOORS = [   # bottom up
     ["attention", "data"],
     ["pe.*", "model", "evaluate"],
     ["train", "bench", "results"],
-    ["tasks", "recall", "sweep", "pretrained"],
+    ["tasks", "recall", "sweep", "pretrained", "evidence"],
     ["experiments", "exercises"],
     ["cli"],
 ]

@@ -1,0 +1,66 @@
+"""tools/check_outputs.py: passes on the checkout, fails on a changed or missing result file naming chapter and file."""
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from lengthx.evidence import READS_PREFIX, reads_line
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOL = ROOT / "tools" / "check_outputs.py"
+_spec = importlib.util.spec_from_file_location("check_outputs", TOOL)
+CO = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(CO)
+
+
+def run(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(TOOL), str(root)], capture_output=True, text=True, timeout=120)
+
+
+def copy_checkout(tmp: Path) -> Path:
+    "nbs/*.ipynb and nbs/results/*.json of this checkout in a temporary folder."
+    (tmp / "nbs" / "results").mkdir(parents=True)
+    for nb in (ROOT / "nbs").glob("*.ipynb"): shutil.copy(nb, tmp / "nbs" / nb.name)
+    for f in (ROOT / "nbs" / "results").glob("*.json"): shutil.copy(f, tmp / "nbs" / "results" / f.name)
+    return tmp
+
+
+def test_the_tool_reads_the_line_evidence_writes():
+    assert CO.PREFIX == READS_PREFIX
+    line = reads_line(ROOT / "nbs" / "results" / "main_cpu.json")
+    name, h = CO.ITEM.findall(line)[0]
+    assert name == "main_cpu.json" and len(h) == 16
+
+
+def test_passes_on_the_checkout():
+    out = run(ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "chapters record the result files they read; all current" in out.stdout
+    assert int(out.stdout.split("check_outputs: ")[1].split(" of ")[0]) >= 3     # 57, 70 and 40 at least
+
+
+def test_fails_on_a_changed_result_naming_chapter_and_file(tmp_path):
+    root = copy_checkout(tmp_path)
+    assert run(root).returncode == 0
+    f = root / "nbs" / "results" / "main_cpu.json"
+    obj = json.loads(f.read_text()); obj["result"]["rows"]["alibi|seed=0"]["ppl"]["last_k_common"]["1024"] += 0.01
+    f.write_text(json.dumps(obj))
+    out = run(root)
+    assert out.returncode == 1
+    stale = [l for l in out.stdout.splitlines() if l.startswith("STALE")]
+    assert any("nbs/57_evidence.ipynb" in l and "main_cpu.json" in l for l in stale)
+    assert any("nbs/70_experiments.ipynb" in l and "main_cpu.json" in l for l in stale)
+    assert not any("seeds_cpu.json" in l for l in stale)                    # only the changed file is named
+
+
+def test_fails_on_a_removed_result_and_ignores_chapters_without_a_record(tmp_path):
+    root = copy_checkout(tmp_path)
+    (root / "nbs" / "results" / "seeds_cpu.json").unlink()
+    out = run(root)
+    assert out.returncode == 1 and "seeds_cpu.json, which is not committed" in out.stdout
+    empty = root / "nbs" / "99_plain.ipynb"
+    empty.write_text(json.dumps({"cells": [{"cell_type": "code", "source": "print(1)", "outputs": [
+        {"output_type": "stream", "name": "stdout", "text": "1\n"}]}]}))
+    assert CO.recorded_reads(empty) == {}

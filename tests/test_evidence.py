@@ -1,0 +1,139 @@
+"""lengthx.evidence: seeds gathered across files, growth per seed, the paired interval and its verdict, the ledger."""
+import math
+
+import pytest
+
+from lengthx import evidence as E
+
+SET = {"train_len": 64, "model": "tiny", "steps": 400, "seed": 0, "seeds": [0], "specs": []}
+
+
+def rec(unit: str, rows: dict, settings: dict = SET, preset: str = "cpu", gpu: bool = False, file: str = None) -> dict:
+    "A result record as load_results hands it: rows {(spec, seed): {length: ppl}}."
+    out = {f"{s}|seed={n}": {"spec": s, "seed": n, "ppl": {"last_k_common": dict(v)}} for (s, n), v in rows.items()}
+    prov = {"cuda_device": "H100" if gpu else None, "device": "cuda" if gpu else "cpu", "device_used": "cuda" if gpu else "cpu"}
+    return {"unit": unit, "preset": preset, "settings": settings, "provenance": prov, "result": {"rows": out},
+            "file": file or f"/x/{unit}_{preset}.json"}
+
+
+def curve(p1: float, p16: float) -> dict:
+    return {64: p1, 1024: p16}
+
+
+def test_gather_merges_seeds_across_files_and_keeps_the_first_unit():
+    recs = [rec("seeds", {("a", 1): curve(9, 9), ("a", 0): curve(99, 99)}),
+            rec("main", {("a", 0): curve(10, 10)}),
+            rec("baselines", {("a", 2): curve(11, 11)}, file="/x/baselines_cpu_seed2.json")]
+    s = E.gather("a", recs)
+    assert s.seeds == [0, 1, 2] and s.rows[0]["ppl"]["last_k_common"][64] == 10       # seed 0 from main, not from seeds
+    assert s.files == {0: "main_cpu.json", 1: "seeds_cpu.json", 2: "baselines_cpu_seed2.json"}
+    assert "3 seeds (0, 1, 2)" in s.describe()
+
+
+def test_gather_leaves_out_files_trained_otherwise_and_other_devices():
+    other = {**SET, "steps": 99}
+    recs = [rec("main", {("a", 0): curve(10, 10)}), rec("seeds", {("a", 1): curve(9, 9)}, settings=other),
+            rec("seeds", {("a", 2): curve(9, 9)}, gpu=True)]
+    assert E.gather("a", recs).seeds == [0]
+    assert E.gather("a", recs, gpu=True).seeds == [2]
+
+
+def test_growth_is_taken_within_each_seed():
+    recs = [rec("main", {("a", 0): curve(10, 20), ("a", 1): curve(1, 1)})]
+    g = E.growth(E.gather("a", recs), 1024)
+    assert g == {0: 2.0, 1: 1.0}                    # the ratio of the means would be 21/11
+    assert E.level(E.gather("a", recs)) == {0: 10, 1: 1}
+
+
+def test_paired_interval_is_the_t_interval():
+    mean, (lo, hi) = E.paired_interval([1.0, 2.0, 3.0])
+    assert mean == 2 and math.isclose(hi - mean, 4.303 / math.sqrt(3)) and math.isclose(mean - lo, hi - mean)
+    with pytest.raises(ValueError, match="at least 2"): E.paired_interval([1.0])
+    assert E.t975(2) == 4.303 and E.t975(11) == E.t975(10) and E.t975(500) == 1.98
+
+
+def three_seeds(shift: float, offsets=(0.0, 0.0, 0.0)) -> list:
+    rows = {("b", n): curve(10 + n, 12 + n) for n in range(3)}
+    rows |= {("a", n): curve(10 + n + shift + o, 12 + n + shift + o) for n, o in enumerate(offsets)}
+    return [rec("main", rows)]
+
+
+def test_compare_self_swap_and_known_difference():
+    recs = three_seeds(0.5, (0.05, -0.05, 0.0))
+    same = E.compare("a", "a", "level", recs=recs)
+    assert same.interval == (0.0, 0.0) and same.verdict == "≈"
+    ab, ba = E.compare("a", "b", "level", recs=recs), E.compare("b", "a", "level", recs=recs)
+    assert ab.verdict == ">" and ba.verdict == "<" and ab.interval == tuple(-x for x in reversed(ba.interval))
+    assert ab.interval[0] < 0.5 < ab.interval[1] and ab.seeds == [0, 1, 2]
+    assert "higher than `b`" in ab.sentence() and "over 3 seeds" in ab.sentence()
+    noisy = E.compare("a", "b", "level", recs=three_seeds(0.5, (3.0, -3.0, 0.0)))
+    assert noisy.verdict == "≈" and noisy.interval[0] < 0 < noisy.interval[1]
+
+
+def test_a_single_seed_is_shown_never_ranked():
+    recs = [rec("main", {("a", 0): curve(10, 10), ("b", 0): curve(50, 50), ("b", 1): curve(50, 50)})]
+    c = E.compare("a", "b", "level", recs=recs)
+    assert c.n == 1 and c.verdict == "≈" and c.interval is None and "not ranked" in c.sentence()
+    none = E.compare("a", "zzz", "level", recs=recs)
+    assert none.n == 0 and "no seed of both" in none.why
+
+
+def test_compare_against_a_constant_and_bad_input():
+    recs = three_seeds(0.0)
+    c = E.compare("b", 1, "growth", 1024, recs=recs)
+    assert c.verdict == ">" and c.seeds == [0, 1, 2] and c.b == "1"
+    with pytest.raises(ValueError, match="quantity"): E.compare("a", "b", "speed", recs=recs)
+    with pytest.raises(ValueError, match="multiple"): E.compare("a", "b", "level", 100, recs=recs)
+
+
+def test_yardstick_named_only_when_committed():
+    recs = [rec("main", {("kerple_log", 0): curve(10, 10), ("window:w=64:kerple_log", 0): curve(10, 9.9),
+                         ("alibi", 0): curve(10, 10)})]
+    assert E.yardstick("kerple_log", recs)[0] == "window:w=64:kerple_log"
+    name, why = E.yardstick("alibi", recs)
+    assert name is None and "no window yardstick" in why
+
+
+@pytest.mark.parametrize("verdict, iv, want", [("<", (-0.3, -0.1), "reproduced"), (">", (0.1, 0.3), "opposite"),
+                                               ("≈", (-0.05, 0.05), "not reproduced"), ("≈", (-0.5, 0.05), "unresolved"),
+                                               ("≈", None, "unresolved")])
+def test_judge(verdict, iv, want):
+    assert E.judge(verdict, iv, "<", -0.2, "why")[0] == want
+
+
+def test_ledger_on_the_committed_results():
+    rows = E.ledger()
+    assert len(rows) >= 12 and len({r.paper for r in rows}) >= 4
+    for r in rows:
+        assert r["verdict"] in E.VERDICTS and r["paper"] and r["claim"] and r["why"] and isinstance(r["seeds"], list)
+        if len(r.seeds) == 1: assert r.verdict == "unresolved"
+        if r.verdict in ("reproduced", "opposite", "not reproduced") and "time" not in r.metric: assert len(r.seeds) >= 2
+    assert all(r.gpu == "—" for r in rows) == (not E.gpu_presets(E.load_results()))
+
+
+def test_ledger_reads_a_gpu_column_when_a_gpu_result_is_present():
+    claim = E.Claim("P", "T", "a below b", "a", "b", "level", 16, "<", 1.0, 2.0, "1 vs 2")
+    cpu = three_seeds(-1.0)
+    gpu = [rec("main", {("a", n): curve(5, 5 + n * 0.01) for n in range(3)} | {("b", n): curve(6, 6) for n in range(3)},
+               preset="colab", gpu=True)]
+    assert E.ledger(cpu, [claim])[0].gpu == "—"
+    row = E.ledger(cpu + gpu, [claim])[0]
+    assert row.verdict == "reproduced" and row.gpu.startswith("reproduced (colab, 3 seeds)")
+
+
+def test_reads_line_names_each_file_with_its_hash(tmp_path):
+    f = tmp_path / "main_cpu.json"; f.write_text("{}")
+    line = E.reads_line(f)
+    assert line == f"{E.READS_PREFIX} main_cpu.json (sha256 {E.file_sha256(f)[:16]})"
+    with pytest.raises(ValueError, match="at least one"): E.reads()
+    with pytest.raises(ValueError, match="no result file"): E.reads_line("no_such_result.json")
+
+
+def test_a_length_not_measured_is_named_and_gap_reads_the_interval():
+    recs = three_seeds(0.5, (0.05, -0.05, 0.0))
+    c = E.compare("a", "b", "level", 128, recs=recs)            # only 64 and 1024 are measured
+    assert c.n == 0 and "none measured at 128 tokens" in c.why and c.gap() == c.why
+    ab = E.compare("a", "b", "level", recs=recs)
+    lo, hi = ab.interval
+    assert ab.gap() == f"paired difference +0.50, 95% interval [{lo:+.2f}, {hi:+.2f}] over 3 seeds"
+    assert E.compare("a", "a", "growth", 1024, recs=recs).gap().startswith("paired difference 0.000, 95% interval [0.000, 0.000]")
