@@ -33,7 +33,7 @@ PRESET_ALIASES = {"gpt2-125m": "gpt2-small"}   # earlier name: 125M counts GPT-2
 PRESETS.update({old: PRESETS[new] for old, new in PRESET_ALIASES.items()})
 
 # %% ../nbs/50_model.ipynb #4db60baf
-LAYER_SEP = ","   # joins the specs of a layer pattern: "rope,rope,rope,nope"
+LAYER_SEP = "/"   # joins the specs of a layer pattern: "rope/rope/rope/nope"
 
 
 def _shortest_cycle(items: list) -> list:
@@ -43,7 +43,7 @@ def _shortest_cycle(items: list) -> list:
 
 
 def pattern_spec(pe) -> str:
-    "A spec, or a list of specs cycled over layers, as the one canonical string a config stores (`'rope,nope'`)."
+    "A spec, or a list of specs cycled over layers, as the one canonical string a config stores (`'rope/nope'`)."
     items = list(pe) if isinstance(pe, (list, tuple)) else pe.split(LAYER_SEP) if isinstance(pe, str) else None
     if not items or any(not isinstance(s, str) or not s.strip() for s in items):
         raise ValueError(f"GPTConfig.pe must be a non-empty PE spec string or a non-empty list of them, got {pe!r}")

@@ -84,11 +84,11 @@ def _model(pe, n_layer=4, seed=0, **kw) -> GPT:
 
 
 def test_pattern_is_stored_as_one_canonical_string():
-    assert pattern_spec(IROPE) == GPTConfig(n_layer=4, pe=IROPE).pe == "rope,rope,rope,nope"
-    assert pattern_spec([" ROPE ", "nope", "rope", "nope"]) == "rope,nope"          # the shortest repeating cycle
-    assert pattern_spec(["rope", "nope", "rope"]) == "rope,nope,rope"               # not a repetition: kept
+    assert pattern_spec(IROPE) == GPTConfig(n_layer=4, pe=IROPE).pe == "rope/rope/rope/nope"
+    assert pattern_spec([" ROPE ", "nope", "rope", "nope"]) == "rope/nope"          # the shortest repeating cycle
+    assert pattern_spec(["rope", "nope", "rope"]) == "rope/nope/rope"               # not a repetition: kept
     assert pattern_spec(["alibi"]) == pattern_spec("alibi") == GPTConfig(pe=" ALIBI ").pe == "alibi"
-    assert pattern_spec("rope, nope") == "rope,nope" and pattern_specs("window:w=4:rope,nope") == ["window:w=4:rope", "nope"]
+    assert pattern_spec("rope / nope") == "rope/nope" and pattern_specs("window:w=4:rope/nope") == ["window:w=4:rope", "nope"]
     cfg = GPTConfig(n_layer=4, pe=("rope", "rope", "nope"))
     assert layer_specs(cfg) == ["rope", "rope", "nope", "rope"]                       # a cycle shorter than n_layer
     assert GPTConfig.from_dict(cfg.to_dict()) == cfg
@@ -96,7 +96,7 @@ def test_pattern_is_stored_as_one_canonical_string():
 
 @pytest.mark.parametrize("pe,match", [([], "non-empty"), (["rope", ""], "non-empty"), (["rope", 3], "non-empty"),
                                       (["rope", "ropee"], "unknown positional encoding 'ropee'"),
-                                      ("rope,,nope", "non-empty"), (["rope", "nope", "alibi"], "n_layer=2")])
+                                      ("rope//nope", "non-empty"), (["rope", "nope", "alibi"], "n_layer=2")])
 def test_bad_patterns_are_one_line_errors(pe, match):
     with pytest.raises(ValueError, match=match) as e: GPTConfig(n_layer=2, pe=pe)
     assert "\n" not in str(e.value)
@@ -189,6 +189,6 @@ def test_pattern_survives_a_checkpoint(tmp_path):
     opt = torch.optim.AdamW(m.parameters())
     save_checkpoint(tmp_path, m, opt, 1, cfg, TrainConfig(steps=1, length=16))
     back = load_model(tmp_path)
-    assert back.cfg == cfg and back.cfg.pe == "rope,rope,rope,window:w=5:nope"
+    assert back.cfg == cfg and back.cfg.pe == "rope/rope/rope/window:w=5:nope"
     x = torch.randint(0, 256, (2, 24))
     with torch.no_grad(): assert torch.equal(back(x), m(x))
