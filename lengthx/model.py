@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +19,7 @@ from .attention import (PATHS, PE, Positions, WrappedPE, additive_mask, attentio
 
 # %% auto #0
 __all__ = ['PRESETS', 'PRESET_ALIASES', 'LAYER_SEP', 'pattern_spec', 'pattern_specs', 'GPTConfig', 'layer_specs', 'SelfAttention',
-           'Block', 'positions_kind', 'LayerPattern', 'build_model_pe', 'GPT', 'flops_per_token', 'pe_shape',
+           'Block', 'positions_kind', 'LayerPattern', 'map_pes', 'build_model_pe', 'GPT', 'flops_per_token', 'pe_shape',
            'check_model_spec']
 
 # %% ../nbs/50_model.ipynb #507f9a24
@@ -211,6 +211,14 @@ class LayerPattern(PE):
     @property
     def relative_bias(self) -> bool: return all(p.relative_bias for p in self.pes if p.uses_bias)
     def toeplitz(self, pos): return all(p.toeplitz(pos) for p in self.pes if p.uses_bias)
+
+
+def map_pes(pe: PE, fn: Callable[[PE], PE]) -> PE:
+    "`fn` applied to a model's PE, or to each PE of its layer pattern (e.g. `with_window` around every layer's trained PE)."
+    if not isinstance(pe, LayerPattern): return fn(pe)
+    new = [fn(p) for p in pe.pes]
+    renamed = {old.spec: p.spec for old, p in zip(pe.pes, new)}
+    return LayerPattern(pe.ctx, new, pe.index, LAYER_SEP.join(renamed[s] for s in pe.spec.split(LAYER_SEP)))
 
 
 def build_model_pe(cfg: GPTConfig) -> PE:

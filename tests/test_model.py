@@ -192,3 +192,19 @@ def test_pattern_survives_a_checkpoint(tmp_path):
     assert back.cfg == cfg and back.cfg.pe == "rope/rope/rope/window:w=5:nope"
     x = torch.randint(0, 256, (2, 24))
     with torch.no_grad(): assert torch.equal(back(x), m(x))
+
+
+def test_map_pes_wraps_every_layer_pe_sharing_its_parameters():
+    from lengthx.model import map_pes
+    from lengthx.pe.window import with_window
+    m = _model(["kerple_log", "rope", "rope", "nope"])
+    x = torch.randint(0, 256, (1, 20))
+    kerple = m.pe.pes[0]
+    with torch.no_grad():
+        before = m(x)
+        m.pe = map_pes(m.pe, lambda p: with_window(p, 1000))       # a window wider than the input changes nothing
+        assert m.pe.spec == "window:w=1000:kerple_log/window:w=1000:rope/window:w=1000:rope/window:w=1000:nope"
+        assert torch.allclose(m(x), before, atol=1e-5)
+        assert m.layer_pe(0).inner is kerple and m.layer_pe(3).spec == "window:w=1000:nope"   # the trained module, wrapped
+        m.pe = map_pes(m.pe, lambda p: with_window(p, 2))
+        assert not torch.allclose(m(x), before, atol=1e-3)
