@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .attention import (PATHS, PE, Positions, additive_mask, attention, build_pe, canonical_spec, check_spec,
-                               pick_path, relative_bias_matrix)
+from .attention import (PATHS, PE, Positions, WrappedPE, additive_mask, attention, build_pe, canonical_spec,
+                               check_spec, pick_path, relative_bias_matrix)
 
 # %% auto #0
-__all__ = ['PRESETS', 'PRESET_ALIASES', 'GPTConfig', 'SelfAttention', 'Block', 'GPT', 'flops_per_token', 'pe_shape',
+__all__ = ['PRESETS', 'PRESET_ALIASES', 'LAYER_SEP', 'pattern_spec', 'pattern_specs', 'GPTConfig', 'layer_specs', 'SelfAttention',
+           'Block', 'positions_kind', 'LayerPattern', 'map_pes', 'build_model_pe', 'GPT', 'flops_per_token', 'pe_shape',
            'check_model_spec']
 
 # %% ../nbs/50_model.ipynb #507f9a24
@@ -31,6 +32,28 @@ PRESETS = {
 PRESET_ALIASES = {"gpt2-125m": "gpt2-small"}   # earlier name: 125M counts GPT-2's 50,257-token embedding
 PRESETS.update({old: PRESETS[new] for old, new in PRESET_ALIASES.items()})
 
+# %% ../nbs/50_model.ipynb #4db60baf
+LAYER_SEP = "/"   # joins the specs of a layer pattern: "rope/rope/rope/nope"
+
+
+def _shortest_cycle(items: list) -> list:
+    "The shortest prefix whose repetition is `items` ([a, b, a, b] -> [a, b]; [a, b, a] stays)."
+    n = len(items)
+    return next(items[:p] for p in range(1, n + 1) if n % p == 0 and items == items[:p] * (n // p))
+
+
+def pattern_spec(pe) -> str:
+    "A spec, or a list of specs cycled over layers, as the one canonical string a config stores (`'rope/nope'`)."
+    items = list(pe) if isinstance(pe, (list, tuple)) else pe.split(LAYER_SEP) if isinstance(pe, str) else None
+    if not items or any(not isinstance(s, str) or not s.strip() for s in items):
+        raise ValueError(f"GPTConfig.pe must be a non-empty PE spec string or a non-empty list of them, got {pe!r}")
+    return LAYER_SEP.join(_shortest_cycle([canonical_spec(s) for s in items]))
+
+
+def pattern_specs(pe) -> list[str]:
+    "The cycle of canonical specs that a spec or a layer pattern names (one entry for a single spec)."
+    return pattern_spec(pe).split(LAYER_SEP)
+
 
 def _check_int(name: str, v, lo: int = 1) -> None:
     "One-line ValueError unless `v` is an int >= lo (bools are not sizes)."
@@ -40,7 +63,7 @@ def _check_int(name: str, v, lo: int = 1) -> None:
 
 @dataclass
 class GPTConfig:
-    "Model shape and positional encoding; `pe` is a spec string for `build_pe`."
+    "Model shape and positional encoding; `pe` is a spec string for `build_pe`, or a list of them cycled over layers."
     vocab_size: int = 256
     n_layer: int = 2
     n_head: int = 4
@@ -62,9 +85,10 @@ class GPTConfig:
             raise ValueError(f"GPTConfig.dropout must be a number in [0, 1), got {self.dropout!r}")
         if self.attn_path not in PATHS + ("auto",):
             raise ValueError(f"GPTConfig.attn_path must be one of {PATHS + ('auto',)}, got {self.attn_path!r}")
-        if not isinstance(self.pe, str) or not self.pe.strip():
-            raise ValueError(f"GPTConfig.pe must be a non-empty PE spec string, got {self.pe!r}")
-        self.pe = canonical_spec(self.pe)   # checked once, stored canonical: ' ROPE ' trains, saves and loads as 'rope'
+        self.pe = pattern_spec(self.pe)   # checked once, stored canonical: ' ROPE ' trains, saves and loads as 'rope'
+        if len(pattern_specs(self.pe)) > self.n_layer:
+            raise ValueError(f"GPTConfig.pe cycles {len(pattern_specs(self.pe))} layer specs but the model has "
+                             f"n_layer={self.n_layer}; give at most n_layer specs")
         self.sep_ids = tuple(self.sep_ids)
 
     @property
@@ -82,6 +106,12 @@ class GPTConfig:
     def from_dict(cls, d: dict) -> "GPTConfig":
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def layer_specs(cfg: GPTConfig) -> list[str]:
+    "The spec of each of `cfg`'s layers: its pattern cycled over `n_layer` layers."
+    cyc = pattern_specs(cfg.pe)
+    return [cyc[i % len(cyc)] for i in range(cfg.n_layer)]
 
 # %% ../nbs/50_model.ipynb #8e031333
 class SelfAttention(nn.Module):
@@ -132,13 +162,82 @@ def _compute_dtype(device: torch.device, weight: Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else weight.dtype
 
 
+def positions_kind(pe: PE):
+    "The function that builds `pe`'s positions (through wrappers that pass it on): two PEs of one kind read the same `Positions`."
+    while isinstance(pe, WrappedPE) and type(pe).make_positions is WrappedPE.make_positions: pe = pe.inner
+    return type(pe).make_positions
+
+
+class LayerPattern(PE):
+    "The PEs of a model whose position design differs by layer: one module per distinct spec, `at(layer)` the one a layer runs."
+    def __init__(self, ctx, pes: list[PE], index: list[int], spec: str):
+        super().__init__(ctx)
+        self.pes, self.index, self.spec = nn.ModuleList(pes), list(index), spec
+        kinds = {positions_kind(p) for p in pes}
+        if len(kinds) > 1:
+            raise ValueError(f"layer pattern {self.spec!r} mixes PEs that build different positions (plain, randomized, "
+                             "bilevel); positions are built once per batch, so every layer's PE must build the same kind")
+        if any(p.uses_embed for p in pes):
+            raise ValueError(f"layer pattern {self.spec!r} has a PE that adds to the input embedding "
+                             f"({', '.join(p.spec for p in pes if p.uses_embed)}), which every layer reads: "
+                             "an absolute PE cannot be one layer's choice")
+
+    def at(self, layer: int) -> PE: return self.pes[self.index[layer]]
+    def make_positions(self, ids, offset=0): return self.pes[0].make_positions(ids, offset)
+    def rotate(self, q, k, pos):
+        raise ValueError(f"layer pattern {self.spec!r} rotates per layer: run attention with `pattern.at(layer)`")
+    def bias(self, pos_q, pos_k, layer=0): return self.at(layer).bias(pos_q, pos_k, layer)
+    def refine(self, scores, bias, mask, layer=0): return self.at(layer).refine(scores, bias, mask, layer)
+    def logits(self, q, k, pos_q, pos_k, scale, layer=0): return self.at(layer).logits(q, k, pos_q, pos_k, scale, layer)
+    def value(self, weights, v, pos_q, pos_k, layer=0): return self.at(layer).value(weights, v, pos_q, pos_k, layer)
+    def score_mod(self, pos, layer=0): return self.at(layer).score_mod(pos, layer)
+    def fused_weights(self, q, k, scale, bias, mask, layer=0): return self.at(layer).fused_weights(q, k, scale, bias, mask, layer)
+
+    def _any(self, name: str) -> bool: return any(getattr(p, "uses_" + name) for p in self.pes)
+    @property
+    def uses_embed(self): return False
+    @property
+    def uses_rotate(self): return self._any("rotate")
+    @property
+    def uses_bias(self): return self._any("bias")
+    @property
+    def uses_refine(self): return self._any("refine")
+    @property
+    def uses_logits(self): return self._any("logits")
+    @property
+    def uses_value(self): return self._any("value")
+    @property
+    def bias_per_layer(self) -> bool: return True   # the layers' biases differ (one is computed per distinct PE)
+    @property
+    def relative_bias(self) -> bool: return all(p.relative_bias for p in self.pes if p.uses_bias)
+    def toeplitz(self, pos): return all(p.toeplitz(pos) for p in self.pes if p.uses_bias)
+
+
+def map_pes(pe: PE, fn: Callable[[PE], PE]) -> PE:
+    "`fn` applied to a model's PE, or to each PE of its layer pattern (e.g. `with_window` around every layer's trained PE)."
+    if not isinstance(pe, LayerPattern): return fn(pe)
+    new = [fn(p) for p in pe.pes]
+    renamed = {old.spec: p.spec for old, p in zip(pe.pes, new)}
+    return LayerPattern(pe.ctx, new, pe.index, LAYER_SEP.join(renamed[s] for s in pe.spec.split(LAYER_SEP)))
+
+
+def build_model_pe(cfg: GPTConfig) -> PE:
+    "`cfg`'s PE: the spec's module for a single spec, a `LayerPattern` of one module per distinct spec for a list."
+    kw = dict(n_heads=cfg.n_head, head_dim=cfg.head_dim, d_model=cfg.d_model, n_layers=cfg.n_layer, max_len=cfg.max_len,
+              sep_ids=cfg.sep_ids)
+    specs = layer_specs(cfg)
+    distinct = list(dict.fromkeys(specs))
+    if len(distinct) == 1: return build_pe(distinct[0], **kw)
+    pes = [build_pe(s, **kw) for s in distinct]
+    return LayerPattern(pes[0].ctx, pes, [distinct.index(s) for s in specs], cfg.pe)
+
+
 class GPT(nn.Module):
     "A GPT decoder (or encoder when `cfg.causal` is False) with a pluggable positional encoding."
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
-        self.pe = build_pe(cfg.pe, n_heads=cfg.n_head, head_dim=cfg.head_dim, d_model=cfg.d_model,
-                           n_layers=cfg.n_layer, max_len=cfg.max_len, sep_ids=cfg.sep_ids)
+        self.pe = build_model_pe(cfg)
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model)
@@ -154,6 +253,18 @@ class GPT(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)) and not any(m is x for x in self.pe.modules()):
             nn.init.normal_(m.weight, std=0.02)
 
+    def layer_pe(self, layer: int) -> PE:
+        "The PE that block `layer` runs: the model's PE, or its layer pattern's entry for that layer."
+        return self.pe.at(layer) if isinstance(self.pe, LayerPattern) else self.pe
+
+    def _shared(self, pe: PE, pos: Positions, path: str, idx: Tensor) -> tuple:
+        "(bias, mask) computed once per forward for every layer running `pe` on `path` (None, None when each layer asks)."
+        if path not in ("naive", "sdpa") or not pe.uses_bias or pe.bias_per_layer: return None, None
+        if path == "sdpa":   # sdpa reads it as one float mask with the causal −inf folded in (Toeplitz: one pass)
+            return None, additive_mask(pe, pos, causal=self.cfg.causal, dtype=_compute_dtype(idx.device, self.tok.weight),
+                                       reversed_keys=True)   # a Toeplitz mask then stays a view of 2T−1 numbers
+        return relative_bias_matrix(pe, pos, 0), None       # Toeplitz from 2T−1 offsets when it is one
+
     def n_params(self, non_embedding: bool = True) -> int:
         "Parameter count (without the token embedding, as papers report model size)."
         n = sum(p.numel() for p in self.parameters())
@@ -164,17 +275,15 @@ class GPT(nn.Module):
         "Logits [B, T, V]; with `targets`, also the mean cross-entropy (targets −100 are ignored)."
         _check_ids(idx, self.cfg.vocab_size, self.training)
         B, T = idx.shape
-        if pos is None: pos = self.pe.make_positions(idx)
+        if pos is None: pos = self.pe.make_positions(idx)   # once per batch, for every layer
         path = path or self.cfg.attn_path
-        if path == "auto": path = pick_path(self.pe, T, idx.device)
-        bias = mask = None  # a bias shared by all layers is computed once per forward on the materialized paths
-        if path in ("naive", "sdpa") and self.pe.uses_bias and not self.pe.bias_per_layer:
-            if path == "sdpa":   # sdpa reads it as one float mask with the causal −inf folded in (Toeplitz: one pass)
-                mask = additive_mask(self.pe, pos, causal=self.cfg.causal, dtype=_compute_dtype(idx.device, self.tok.weight),
-                                     reversed_keys=True)   # a Toeplitz mask then stays a view of 2T−1 numbers
-            else: bias = relative_bias_matrix(self.pe, pos, 0)   # Toeplitz from 2T−1 offsets when it is one
         x = self.drop(self.pe.embed(self.tok(idx), pos))
-        for blk in self.blocks: x = blk(x, self.pe, pos, path, bias, mask)
+        shared = {}   # a bias shared by the layers running one PE is computed once per forward on the materialized paths
+        for i, blk in enumerate(self.blocks):
+            pe = self.layer_pe(i)
+            p = pick_path(pe, T, idx.device) if path == "auto" else path
+            if (id(pe), p) not in shared: shared[id(pe), p] = self._shared(pe, pos, p, idx)
+            x = blk(x, pe, pos, p, *shared[id(pe), p])
         logits = self.head(self.ln_f(x))
         if targets is None: return logits
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
@@ -199,5 +308,6 @@ def pe_shape(cfg: GPTConfig) -> dict:
 
 
 def check_model_spec(cfg: GPTConfig) -> None:
-    "One `ValueError` naming the spec when `cfg.pe` cannot be built and run at `cfg`'s shape."
-    check_spec(cfg.pe, **pe_shape(cfg))
+    "One `ValueError` naming the spec when `cfg.pe` (each spec of a layer pattern, and the pattern) cannot be built and run at `cfg`'s shape."
+    for spec in dict.fromkeys(pattern_specs(cfg.pe)): check_spec(spec, **pe_shape(cfg))
+    with torch.random.fork_rng(devices=[]): build_model_pe(cfg)

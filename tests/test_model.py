@@ -69,3 +69,142 @@ def test_shared_bias_is_computed_once_per_forward():
         m.pe.bias = lambda *a, **kw: calls.append(1) or inner(*a, **kw)
         with torch.no_grad(): m(torch.randint(0, 256, (1, 20)), path="sdpa")
         assert len(calls) == expected, spec
+
+
+# --- a position design per layer (GPTConfig(pe=[...])) ---------------------------------------------------------------
+from lengthx.attention import build_pe
+from lengthx.model import LayerPattern, check_model_spec, layer_specs, pattern_spec, pattern_specs
+
+IROPE = ["rope", "rope", "rope", "nope"]
+
+
+def _model(pe, n_layer=4, seed=0, **kw) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(n_layer=n_layer, n_head=4, d_model=32, pe=pe, max_len=32, **kw)).eval()
+
+
+def test_pattern_is_stored_as_one_canonical_string():
+    assert pattern_spec(IROPE) == GPTConfig(n_layer=4, pe=IROPE).pe == "rope/rope/rope/nope"
+    assert pattern_spec([" ROPE ", "nope", "rope", "nope"]) == "rope/nope"          # the shortest repeating cycle
+    assert pattern_spec(["rope", "nope", "rope"]) == "rope/nope/rope"               # not a repetition: kept
+    assert pattern_spec(["alibi"]) == pattern_spec("alibi") == GPTConfig(pe=" ALIBI ").pe == "alibi"
+    assert pattern_spec("rope / nope") == "rope/nope" and pattern_specs("window:w=4:rope/nope") == ["window:w=4:rope", "nope"]
+    cfg = GPTConfig(n_layer=4, pe=("rope", "rope", "nope"))
+    assert layer_specs(cfg) == ["rope", "rope", "nope", "rope"]                       # a cycle shorter than n_layer
+    assert GPTConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("pe,match", [([], "non-empty"), (["rope", ""], "non-empty"), (["rope", 3], "non-empty"),
+                                      (["rope", "ropee"], "unknown positional encoding 'ropee'"),
+                                      ("rope//nope", "non-empty"), (["rope", "nope", "alibi"], "n_layer=2")])
+def test_bad_patterns_are_one_line_errors(pe, match):
+    with pytest.raises(ValueError, match=match) as e: GPTConfig(n_layer=2, pe=pe)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("pe,match", [(["rope", "randomized:rope"], "different positions"),
+                                      (["rope", "bipe:alibi"], "different positions"),
+                                      (["rope", "sinusoidal"], "input embedding")])
+def test_incompatible_layer_pes_are_refused(pe, match):
+    with pytest.raises(ValueError, match=match): GPT(GPTConfig(n_layer=2, pe=pe))
+    with pytest.raises(ValueError, match=match): check_model_spec(GPTConfig(n_layer=2, pe=pe))
+
+
+@pytest.mark.parametrize("plain,twin", [("rope", "rope:base=10000.0"), ("alibi", "alibi:scale=1.0")])
+def test_a_pattern_of_equal_pes_equals_the_plain_spec_bit_for_bit(plain, twin):
+    "Two distinct specs that compute the same thing, one per layer, give exactly the plain spec's logits, on every path."
+    a, b = _model(plain), _model([plain, twin])
+    assert isinstance(b.pe, LayerPattern) and b.layer_pe(0) is not b.layer_pe(1)
+    b.load_state_dict(a.state_dict(), strict=False)
+    x = torch.randint(0, 256, (2, 24))
+    with torch.no_grad():
+        for path in (None, "naive", "sdpa", "chunked"):
+            assert torch.equal(a(x, path=path), b(x, path=path)), path
+
+
+def _by_hand(model: GPT, specs: list, x: torch.Tensor) -> torch.Tensor:
+    "The model's forward with each block given a PE built on its own from that layer's spec."
+    c = model.cfg
+    pos = torch.arange(x.shape[1]).expand_as(x)
+    from lengthx.attention import Positions
+    h = model.tok(x)
+    for i, blk in enumerate(model.blocks):
+        pe = build_pe(specs[i], n_heads=c.n_head, head_dim=c.head_dim, d_model=c.d_model, n_layers=c.n_layer, max_len=c.max_len)
+        h = blk(h, pe, Positions(pos), "naive")
+    return model.head(model.ln_f(h))
+
+
+@pytest.mark.parametrize("pe", [IROPE, ["window:w=4:rope", "rope:base=1000000"], ["rope", "window:w=3:nope", "alibi"]])
+def test_each_layer_runs_its_own_spec(pe):
+    m = _model(pe)
+    specs = layer_specs(m.cfg)
+    x = torch.randint(0, 256, (2, 20))
+    with torch.no_grad():
+        ref = _by_hand(m, specs, x)
+        assert (m(x) - ref).abs().max() < 1e-5
+        assert (m(x, path="chunked") - ref).abs().max() < 1e-5
+        rolled = specs[1:] + specs[:1]        # the same PEs on the wrong layers give other logits
+        assert (_by_hand(m, rolled, x) - ref).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("pe", [IROPE, ["window:w=4:rope", "window:w=4:rope", "rope:base=1000000"], ["kerple_log", "nope"]])
+def test_pattern_is_causal(pe):
+    m = _model(pe)
+    a = torch.randint(0, 256, (2, 24))
+    b = a.clone(); b[:, 13:] = torch.randint(0, 256, (2, 11))
+    with torch.no_grad(): la, lb = m(a), m(b)
+    assert torch.allclose(la[:, :13], lb[:, :13], atol=1e-5) and not torch.allclose(la[:, 13:], lb[:, 13:], atol=1e-4)
+
+
+def test_gradients_reach_every_layer_and_every_pe():
+    m = _model(["kerple_log", "rope", "fire"]).train()
+    x = torch.randint(0, 256, (2, 16))
+    _, loss = m(x, x)
+    loss.backward()
+    assert all(b.attn.qkv.weight.grad.abs().sum() > 0 for b in m.blocks)
+    for pe in m.pe.pes:
+        ps = list(pe.parameters())
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in ps), pe.spec
+    assert sum(1 for pe in m.pe.pes for _ in pe.parameters()) > 0
+
+
+def test_shared_bias_once_per_distinct_pe():
+    m = _model(["alibi", "rope", "alibi", "kerple_log"])
+    calls = {}
+    for pe in m.pe.pes:
+        if pe.uses_bias:
+            inner = pe.bias
+            def counting(*a, _inner=inner, _s=pe.spec, **kw):
+                calls[_s] = calls.get(_s, 0) + 1
+                return _inner(*a, **kw)
+            pe.bias = counting
+    with torch.no_grad(): m(torch.randint(0, 256, (1, 20)), path="sdpa")
+    assert calls == {"alibi": 1, "kerple_log": 1}
+
+
+def test_pattern_survives_a_checkpoint(tmp_path):
+    from lengthx.train import TrainConfig, load_model, save_checkpoint
+    m = _model(IROPE[:3] + ["window:w=5:nope"])
+    cfg = m.cfg
+    opt = torch.optim.AdamW(m.parameters())
+    save_checkpoint(tmp_path, m, opt, 1, cfg, TrainConfig(steps=1, length=16))
+    back = load_model(tmp_path)
+    assert back.cfg == cfg and back.cfg.pe == "rope/rope/rope/window:w=5:nope"
+    x = torch.randint(0, 256, (2, 24))
+    with torch.no_grad(): assert torch.equal(back(x), m(x))
+
+
+def test_map_pes_wraps_every_layer_pe_sharing_its_parameters():
+    from lengthx.model import map_pes
+    from lengthx.pe.window import with_window
+    m = _model(["kerple_log", "rope", "rope", "nope"])
+    x = torch.randint(0, 256, (1, 20))
+    kerple = m.pe.pes[0]
+    with torch.no_grad():
+        before = m(x)
+        m.pe = map_pes(m.pe, lambda p: with_window(p, 1000))       # a window wider than the input changes nothing
+        assert m.pe.spec == "window:w=1000:kerple_log/window:w=1000:rope/window:w=1000:rope/window:w=1000:nope"
+        assert torch.allclose(m(x), before, atol=1e-5)
+        assert m.layer_pe(0).inner is kerple and m.layer_pe(3).spec == "window:w=1000:nope"   # the trained module, wrapped
+        m.pe = map_pes(m.pe, lambda p: with_window(p, 2))
+        assert not torch.allclose(m(x), before, atol=1e-3)
