@@ -131,10 +131,11 @@ def verified(obj: dict, path: Union[str, Path], what: str = "results file") -> d
     "`obj` without its checksum after checking it: no checksum, or one that does not match, is a one-line ValueError naming the file."
     path = Path(path)
     if CHECKSUM not in obj:
-        raise ValueError(f"{what} {str(path)!r} carries no {CHECKSUM} (written by hand, or by a lengthx older than "
-                         f"checksums); if you trust its content, re-attest it with {_reattest_hint(path)}, else move it away")
+        raise ValueError(f"{what} {str(path)!r} is damaged or unverifiable: it carries no {CHECKSUM} (written by hand, or "
+                         f"by a lengthx older than checksums); if you trust its content, re-attest it with "
+                         f"{_reattest_hint(path)}, else move it away")
     if obj[CHECKSUM] != content_sha256(obj):
-        raise ValueError(f"{what} {str(path)!r} was edited by hand or damaged: its content does not match its {CHECKSUM}; "
+        raise ValueError(f"{what} {str(path)!r} is damaged or was edited by hand: its content does not match its {CHECKSUM}; "
                          f"if the edit is meant, re-attest it with {_reattest_hint(path)}, else move it away")
     return {k: v for k, v in obj.items() if k != CHECKSUM}
 
