@@ -28,9 +28,10 @@ __all__ = ['SPLITS', 'SPLIT_PERCENT', 'SKIP_DIRS', 'TEXT_SUFFIXES', 'EOT_TEXT', 
            'stdlib_root', 'split_of', 'stdlib_files', 'DataWarning', 'decode_utf8', 'stdlib_corpus', 'corpus_info',
            'text_file_corpus', 'ByteTokenizer', 'BPETokenizer', 'default_cache_dir', 'atomic_write_bytes',
            'open_regular', 'read_regular', 'corpus_cache_key', 'tensor_sha256', 'read_token_cache', 'cached_tokens',
-           'corpus_tokens', 'encode_corpus', 'LockedError', 'atomic_write_json', 'exclusive_lock', 'get_batch',
-           'step_generator', 'batch_at', 'HFSource', 'hf_source', 'wikitext_articles', 'hf_documents', 'hf_cache_key',
-           'hf_tokens', 'load_tokens', 'check_cache_dir', 'check_corpus', 'corpus_split']
+           'corpus_tokens', 'encode_corpus', 'LockedError', 'atomic_write_json', 'open_own_file', 'append_bytes',
+           'save_figure', 'exclusive_lock', 'get_batch', 'step_generator', 'batch_at', 'HFSource', 'hf_source',
+           'wikitext_articles', 'hf_documents', 'hf_cache_key', 'hf_tokens', 'load_tokens', 'check_cache_dir',
+           'check_corpus', 'corpus_split']
 
 # %% ../nbs/51_data.ipynb #38b96dc6
 SPLITS = ("train", "validation", "test")
@@ -285,16 +286,18 @@ def _cache_dir(cache_dir: Optional[Union[str, Path]]) -> Path:
     return default_cache_dir() if cache_dir is None else _check_dir(Path(cache_dir), "cache_dir")
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    "Write `data` to a temporary file in the same directory, fsync, then `os.replace` it onto `path`."
+def atomic_write_bytes(path: Union[str, Path], data: bytes, mode: Optional[int] = None) -> None:
+    "Write `data` to a new temporary file in the same directory (permissions `mode`, default 0600), fsync, then rename it onto `path`: a symlink or hard link at `path` is replaced, never written through."
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")   # O_EXCL: a new file of ours
     try:
         with os.fdopen(fd, "wb") as f:
+            if mode is not None: os.fchmod(f.fileno(), mode)   # on the new file itself: chmod(path) would follow a link
             f.write(data); f.flush(); os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, path)                                  # rename replaces the directory entry, link or not
     except BaseException:
-        if os.path.exists(tmp): os.unlink(tmp)
+        if os.path.lexists(tmp): os.unlink(tmp)
         raise
 
 
@@ -421,18 +424,69 @@ class LockedError(RuntimeError):
     "Another process holds the lock on a run directory or an output file: refuse instead of interleaving writes."
 
 
-def atomic_write_json(path: Union[str, Path], obj: Any) -> None:
+def atomic_write_json(path: Union[str, Path], obj: Any, mode: Optional[int] = None) -> None:
     "Write `obj` as indented JSON atomically (readers see the old file or the new one, never half of each)."
-    atomic_write_bytes(Path(path), (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+    atomic_write_bytes(Path(path), (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode("utf-8"), mode)
+
+
+_OWN_FILE = os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _not_regular(path: Path, st: os.stat_result, what: str) -> None:
+    kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a file")
+    raise ValueError(f"{str(path)!r} ({what}) is not a regular file (it is {kind}); remove it") from None
+
+
+def open_own_file(path: Union[str, Path], flags: int, what: str) -> int:
+    "A descriptor of the regular file `path` (created 0644 if missing) opened with `flags`, refusing a symlink, a hard link, a FIFO or a device: a file lengthx writes in place is its own, never another file reached through it."
+    path = Path(path)
+    try:
+        fd = os.open(path, flags | _OWN_FILE, 0o644)
+    except OSError:
+        if os.path.islink(path):   # O_NOFOLLOW: ELOOP (or EMLINK on some systems) for a symlink
+            raise ValueError(f"{str(path)!r} ({what}) is a symbolic link (to {os.readlink(path)!r}); lengthx never writes "
+                             "through a link: remove it") from None
+        if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode): _not_regular(path, os.lstat(path), what)
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode): _not_regular(path, st, what)
+        if st.st_nlink > 1:
+            raise ValueError(f"{str(path)!r} ({what}) has {st.st_nlink} hard links (another file shares its content); "
+                             "lengthx never writes through a link: remove it")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def append_bytes(path: Union[str, Path], data: bytes, what: str = "file") -> None:
+    "Append `data` to the regular file `path` (created if missing), never through a symlink or hard link (`open_own_file`)."
+    fd = open_own_file(path, os.O_WRONLY | os.O_APPEND, what)
+    try:
+        view = memoryview(data)
+        while view: view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def save_figure(fig, path: Union[str, Path], mode: int = 0o644, **savefig_kw) -> Path:
+    "Save a matplotlib figure atomically (`atomic_write_bytes`): the format from the suffix, a symlink at `path` replaced, never written through."
+    import io
+    path = Path(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lstrip(".").lower() or "png", **savefig_kw)
+    atomic_write_bytes(path, buf.getvalue(), mode)
+    return path
 
 
 @contextmanager
 def exclusive_lock(lock_path: Union[str, Path], what: str) -> Iterator[Path]:
-    "Hold a non-blocking `flock` on `lock_path` for the block; a second holder gets `LockedError` naming `what`."
+    "Hold a non-blocking `flock` on `lock_path` for the block; a second holder gets `LockedError` naming `what`; a lock file that is a link, FIFO or device is refused (`open_own_file`)."
     import fcntl
     lock_path = Path(lock_path)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_own_file(lock_path, os.O_RDWR, f"the lock file of {what}")
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

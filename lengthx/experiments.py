@@ -4,10 +4,11 @@
 
 # %% auto #0
 __all__ = ['EXTRA', 'CORE', 'BASELINES', 'LM', 'UNIT', 'RUNNERS', 'ASSUMED_TFLOPS', 'unit_settings', 'default_out', 'Context',
-           'Partial', 'train_lm', 'ppl_table', 'delta_ps', 'lm_row', 'lm_rows', 'unit_protocols', 'unit_position',
-           'unit_che', 'unit_che_budget', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'unit_peers',
-           'unit_pretrained', 'unit_dape_fast', 'run_tag', 'result_path', 'is_result', 'check_lm_specs', 'reproduce',
-           'lm_train_flops', 'flop_text', 'duration_text', 'estimate_table', 'experiments_view', 'cost_view']
+           'Partial', 'lm_run_dir', 'train_lm', 'ppl_table', 'delta_ps', 'lm_row', 'lm_rows', 'unit_protocols',
+           'unit_position', 'unit_che', 'unit_che_budget', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep',
+           'unit_peers', 'unit_pretrained', 'unit_dape_fast', 'run_tag', 'result_path', 'is_result', 'check_lm_specs',
+           'reproduce', 'lm_train_flops', 'flop_text', 'duration_text', 'estimate_table', 'experiments_view',
+           'cost_view']
 
 # %% ../nbs/72_reproduce.ipynb #b431fc37
 import json
@@ -33,7 +34,7 @@ from .pe.window import with_window
 from .pretrained import PRETRAINED_SETTINGS, pretrained_grid
 from .recall import cot_experiment, recall_experiment
 from .results import (BUDGET_NAMES, SCHEMA, UNITS, check_clean, committed_results, device_of, is_result,
-                             lengthx_checkout, load_results, pick, provenance_line, read_results, result_dirs,
+                             final_record, lengthx_checkout, load_results, pick, provenance_line, read_results, result_dirs,
                              result_provenance, results_overview, write_results)
 from .sweep import Budget, run_sweep
 from .tasks import CHEConfig, che_tasks, run_che_grid, run_che_many
@@ -211,14 +212,18 @@ class Partial:
 def _safe(s: str) -> str: return s.replace(":", "_").replace("=", "-").replace("/", "_")
 
 
+def lm_run_dir(ctx: Context, spec: str, seed: int) -> Path:
+    "The run directory of language model `spec` at `seed`: out/runs/<budget>/lm/<spec>-seed<seed>."
+    return ctx.runs / "lm" / f"{_safe(spec)}-seed{seed}"
+
+
 def train_lm(ctx: Context, S: dict, spec: str, seed: int):
     "Train (or resume, or load the finished) language model `spec` at the unit's scale; returns (model, history)."
     mcfg = GPTConfig.preset(S["model"], pe=spec, max_len=S["train_len"])
     tcfg = TrainConfig(steps=S["steps"], batch_size=S["batch_size"], length=S["train_len"], lr=S["lr"],
                        warmup=S["warmup"], seed=seed, device=ctx.device, dtype=S["dtype"], compile=S["compile"],
                        ckpt_every=max(1, S["steps"] // 10), log_every=max(1, min(50, S["steps"] // 4)))
-    run_dir = ctx.runs / "lm" / f"{_safe(spec)}-seed{seed}"
-    return train_run(mcfg, tcfg, run_dir, tokens=ctx.tokens(S["corpus"], "train"), progress=ctx.progress,
+    return train_run(mcfg, tcfg, lm_run_dir(ctx, spec, seed), tokens=ctx.tokens(S["corpus"], "train"), progress=ctx.progress,
                      prog="lengthx reproduce")
 
 
@@ -247,15 +252,16 @@ def delta_ps(model, test, S: dict) -> dict:
 def lm_row(ctx: Context, S: dict, spec: str, seed: int, group: str) -> dict:
     "Train one spec and measure it at every factor under every protocol, with ΔP."
     model, hist = train_lm(ctx, S, spec, seed)
+    last = final_record(hist, S["steps"], lm_run_dir(ctx, spec, seed))   # the final loss of the last step, or a clear error
     t = time.time()
     test = ctx.tokens(S["corpus"], S["split"])
     ppl = ppl_table(model, test, S, S["factors"], S["last_k"])
     dp = delta_ps(model, test, S)
     fmt = lambda v: "n/a" if isinstance(v, str) else f"{v:.2f}"
     return {"spec": spec, "seed": seed, "group": group, "ppl": ppl, "delta_p": dp,
-            "final_train_loss": hist[-1]["loss"], "n_params": model.n_params(),
+            "final_train_loss": last["loss"], "n_params": model.n_params(),
             "loss_curve": [[r["step"], round(r["loss"], 4)] for r in hist][:: max(1, len(hist) // 40)],
-            "train_seconds": round(hist[-1]["time"], 1), "eval_seconds": round(time.time() - t, 1),
+            "train_seconds": round(last["time"], 1), "eval_seconds": round(time.time() - t, 1),
             "summary": "last_k " + " ".join(fmt(v) for v in ppl["last_k"].values())}
 
 # %% ../nbs/72_reproduce.ipynb #09be3f0f
@@ -443,11 +449,16 @@ def reproduce(units: Sequence[str] = UNITS, budget: str = "smoke", out: Optional
     ctx = Context(out=out, budget=tag, device=device, progress=progress, command=command)
     paths = {}
     with exclusive_lock(ctx.runs / ".reproduce.lock", f"reproduce output {out}"):
+        olds = {u: read_results(result_path(out, u, tag)) for u in units}   # every file checked before any work
+        for u, old in olds.items():
+            if old and not is_result(old):
+                raise ValueError(f"{result_path(out, u, tag)} holds something other than a lengthx result (keys "
+                                 f"{', '.join(sorted(old)[:6])}); move it away or use another --out")
         bar = tqdm(list(units), desc=f"reproduce {budget}", unit="unit", disable=not progress, file=sys.stderr)
         for u in bar:
             bar.set_postfix_str(u)
-            path = paths[u] = result_path(out, u, tag)
-            old = read_results(path)
+            path, old = result_path(out, u, tag), olds[u]
+            paths[u] = path
             if is_result(old) and old["settings"] == settings[u]:
                 ctx.say(f"lengthx reproduce: {u}: finished in {path} (same settings), skipped"); continue
             if is_result(old):

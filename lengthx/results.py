@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import configparser
+import hashlib
 import json
 import os
 import platform
@@ -18,17 +19,21 @@ from typing import Any, Optional, Sequence, Union
 import torch
 
 import lengthx
-from .data import atomic_write_json
+from .data import atomic_write_bytes, atomic_write_json, read_regular
+from .pe import fused
 from .train import package_provenance, source_sha256_at
 
 UNITS = ("main", "seeds", "protocols", "position", "cdape", "baselines", "che", "recall", "cot", "cost", "sweep", "peers", "dape_fast", "pretrained", "che_budget")
 BUDGET_NAMES = ("smoke", "cpu", "colab", "paper")
 SCHEMA = ("unit", "preset", "settings", "result", "provenance")   # the keys of every result file
 RESULTS_MODE = 0o644   # results are for everyone to read, like any file a command writes
+CHECKSUM = "content_sha256"   # the key beside them: SHA-256 of the rest of the file's content, written with it
+MAX_RESULTS_BYTES = 1 << 26   # 64 MiB: the largest committed result is under 100 kB
 
 # %% auto #0
-__all__ = ['UNITS', 'BUDGET_NAMES', 'SCHEMA', 'RESULTS_MODE', 'RESULTS_URL', 'lengthx_checkout', 'provenance',
-           'result_provenance', 'check_clean', 'write_results', 'read_results', 'is_result', 'committed_results',
+__all__ = ['UNITS', 'BUDGET_NAMES', 'SCHEMA', 'RESULTS_MODE', 'CHECKSUM', 'MAX_RESULTS_BYTES', 'RESULTS_URL', 'lengthx_checkout',
+           'execution_path', 'provenance', 'result_provenance', 'check_clean', 'content_sha256', 'write_results',
+           'read_json_file', 'verified', 'read_results', 'reattest', 'is_result', 'final_record', 'committed_results',
            'result_dirs', 'int_lengths', 'load_results', 'device_of', 'result_seed', 'pick', 'attest',
            'provenance_line', 'results_overview']
 
@@ -49,12 +54,23 @@ def lengthx_checkout() -> Optional[Path]:
     return Path(top).resolve() if own else None
 
 
+def execution_path() -> dict:
+    "The path this process's computations took where two paths differ in the last bits: DAPE/CDAPE's fused kernel (switched on? loaded, or why not?), torch's threads and the CPU's vector unit."
+    build = fused.build_info()
+    cpu_kernel = ("not loaded" if not build else f"unavailable ({build['error']})" if "error" in build else "loaded")
+    return {"fused_kernel": os.environ.get(fused.KERNEL_ENV, "auto").strip().lower() or "auto",
+            "fused_enabled": fused.kernel_enabled(), "fused_weights": fused.weights_enabled(),
+            "fused_cpu_kernel": cpu_kernel, "triton": getattr(fused.triton, "__version__", None),
+            "torch_threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
 def provenance() -> dict:
-    "Versions, device and threads, plus `lengthx.train.package_provenance()`: the source hash, and the git sha, dirty flag and diff hash only in lengthx's own checkout."
+    "Versions, device, threads and the execution path (`execution_path`), plus `lengthx.train.package_provenance()`: the source hash, and the git sha, dirty flag and diff hash only in lengthx's own checkout."
     return {**package_provenance(), "python": platform.python_version(), "torch": torch.__version__,
             "platform": platform.platform(),
             "device": ("cuda:" + torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu",
-            "threads": torch.get_num_threads(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "threads": torch.get_num_threads(), "execution": execution_path(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 def result_provenance(*, seed: int, command: str, seconds: float, device: str) -> dict:
@@ -80,28 +96,84 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
-def write_results(path: Union[str, Path], obj) -> None:
-    "Write a results JSON atomically (a crash leaves the old file or the new one) and readable by all."
-    atomic_write_json(Path(path), obj)
-    os.chmod(path, RESULTS_MODE)
+def content_sha256(obj: dict) -> str:
+    "SHA-256 of a results object's content as JSON reads it back (canonical: sorted keys, no spaces), without its own checksum."
+    body = json.loads(json.dumps({k: v for k, v in obj.items() if k != CHECKSUM}))   # int keys -> str, tuples -> lists
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
-def read_results(path: Union[str, Path]) -> dict:
-    "A results JSON written by `write_results`, or {} when there is none; a damaged one is refused, never overwritten."
+def write_results(path: Union[str, Path], obj: dict) -> None:
+    "Write a results JSON with its `content_sha256` atomically (a crash leaves the old file or the new one; a link at `path` is replaced, never followed), readable by all."
+    if not isinstance(obj, dict): raise TypeError(f"a results file holds a JSON object, got {type(obj).__name__}")
+    body = {k: v for k, v in obj.items() if k != CHECKSUM}
+    atomic_write_json(Path(path), {**body, CHECKSUM: content_sha256(body)}, mode=RESULTS_MODE)
+
+
+def _reattest_hint(path: Path) -> str:
+    return f"lengthx.results.reattest({str(path)!r})"
+
+
+def read_json_file(path: Union[str, Path], what: str = "results file") -> dict:
+    "The JSON object in the regular file `path` (at most `MAX_RESULTS_BYTES`), unverified; every failure a one-line ValueError naming the file."
+    path = Path(path)
+    try: data = read_regular(path, MAX_RESULTS_BYTES, what)
+    except OSError as e: raise ValueError(f"{what} {str(path)!r} cannot be read ({e.strerror or e})") from None
+    try: obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{what} {str(path)!r} is damaged (not JSON: {_one_line(e)}); move it away or use another --out") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{what} {str(path)!r} is damaged (it holds a JSON {type(obj).__name__}, not an object); "
+                         "move it away or use another --out")
+    return obj
+
+
+def verified(obj: dict, path: Union[str, Path], what: str = "results file") -> dict:
+    "`obj` without its checksum after checking it: no checksum, or one that does not match, is a one-line ValueError naming the file."
+    path = Path(path)
+    if CHECKSUM not in obj:
+        raise ValueError(f"{what} {str(path)!r} is damaged or unverifiable: it carries no {CHECKSUM} (written by hand, or "
+                         f"by a lengthx older than checksums); if you trust its content, re-attest it with "
+                         f"{_reattest_hint(path)}, else move it away")
+    if obj[CHECKSUM] != content_sha256(obj):
+        raise ValueError(f"{what} {str(path)!r} is damaged or was edited by hand: its content does not match its {CHECKSUM}; "
+                         f"if the edit is meant, re-attest it with {_reattest_hint(path)}, else move it away")
+    return {k: v for k, v in obj.items() if k != CHECKSUM}
+
+
+def read_results(path: Union[str, Path], what: str = "results file") -> dict:
+    "A results JSON written by `write_results` (checksum verified, then dropped), or {} when there is none; a damaged, edited, oversized or non-regular one is refused, never overwritten."
     path = Path(path)
     if not path.exists(): return {}
-    try:
-        res = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(res, dict): raise ValueError("not a JSON object")
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is damaged ({type(e).__name__}: {_one_line(e)}); "
-                         "move it away or use another --out") from None
-    return res
+    return verified(read_json_file(path, what), path, what)
+
+
+def reattest(path: Union[str, Path], note: str = "content re-attested by hand") -> dict:
+    "Accept a results file's present content as its own: write its checksum anew and record when and why (`note`) in its provenance; for a file edited on purpose or written before checksums."
+    path = Path(path)
+    obj = read_json_file(path)
+    body = {k: v for k, v in obj.items() if k != CHECKSUM}
+    stamp = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "note": note, "previous_sha256": obj.get(CHECKSUM)}
+    if isinstance(body.get("provenance"), dict): body["provenance"] = {**body["provenance"], "reattested": stamp}
+    else: body["reattested"] = stamp
+    write_results(path, body)
+    return body
 
 
 def is_result(obj) -> bool:
     "Is `obj` a result in the one schema?"
     return isinstance(obj, dict) and all(k in obj for k in SCHEMA) and obj["unit"] in UNITS
+
+# %% ../nbs/55_results.ipynb #ebcbbb10
+def final_record(hist: Sequence[dict], steps: int, run_dir: Union[str, Path]) -> dict:
+    "The record of step `steps`, after checking that `hist` holds every step 1..steps: a missing or gappy metrics.jsonl is a one-line ValueError naming it, never another step's loss."
+    have = [r.get("step") for r in hist]
+    if have != list(range(1, steps + 1)):
+        missing = sorted(set(range(1, steps + 1)) - set(have))
+        what = ("holds no record" if not hist else
+                f"lacks {len(missing)} record(s) (steps {missing[0]}..{missing[-1]})" if missing else "holds other steps")
+        raise ValueError(f"the training history {str(Path(run_dir) / 'metrics.jsonl')!r} {what} of steps 1..{steps}, so "
+                         f"the run's final loss is unknown; move {str(run_dir)!r} away to train the run again")
+    return hist[-1]
 
 # %% ../nbs/55_results.ipynb #8cb4b181
 RESULTS_URL = "https://raw.githubusercontent.com/lengthx/lengthx/main/nbs/results"   # the book's committed results
@@ -114,11 +186,17 @@ def committed_results(cache: Optional[Union[str, Path]] = None) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     for unit in UNITS:
         path = cache / f"{unit}_cpu.json"
-        if path.exists(): continue
-        try: data = urllib.request.urlopen(f"{RESULTS_URL}/{path.name}", timeout=30).read()
+        if _verifies(path): continue
+        try: data = urllib.request.urlopen(f"{RESULTS_URL}/{path.name}", timeout=30).read(MAX_RESULTS_BYTES + 1)
         except (urllib.error.URLError, OSError): continue    # not committed, or offline: the chapter says what is missing
-        tmp = path.with_suffix(".tmp"); tmp.write_bytes(data); os.replace(tmp, path)
+        if len(data) <= MAX_RESULTS_BYTES: atomic_write_bytes(path, data, RESULTS_MODE)
     return cache
+
+
+def _verifies(path: Path) -> bool:
+    "Does `path` hold a results file that passes `read_results`?"
+    try: return bool(read_results(path))
+    except ValueError: return False
 
 
 def result_dirs() -> list[Path]:
@@ -139,14 +217,15 @@ def int_lengths(obj):
 
 
 def load_results(dirs: Optional[Sequence[Union[str, Path]]] = None) -> list[dict]:
-    "Every result in `dirs` (default `result_dirs()`), lengths as sorted ints (`int_lengths`); a JSON file that is not a result is skipped."
+    "Every result in `dirs` (default `result_dirs()`), checked as `read_results` checks one, lengths as sorted ints (`int_lengths`); a JSON object that is not a result is skipped, a damaged or edited file is an error naming it."
     recs = []
     for d in (result_dirs() if dirs is None else [Path(x) for x in dirs]):
         if not d.is_dir(): raise ValueError(f"results directory {d} does not exist")
         for path in sorted(d.glob("*.json")):
-            try: obj = json.loads(path.read_text(encoding="utf-8"))
-            except ValueError: continue                       # not a result (a damaged file is never guessed at)
-            if is_result(obj): recs.append({**obj, "result": int_lengths(obj["result"]), "file": str(path)})
+            obj = read_json_file(path)
+            if is_result(obj):
+                obj = verified(obj, path)
+                recs.append({**obj, "result": int_lengths(obj["result"]), "file": str(path)})
     return recs
 
 
@@ -197,7 +276,16 @@ def provenance_line(rec: dict) -> str:
     res = rec.get("result")
     n = res["threads"] if isinstance(res, dict) and isinstance(res.get("threads"), int) else p.get("threads", "?")   # a unit that sets its own threads says so in its result
     return (f"{rec['unit']} ({rec['preset']}): {version}{sha} ({state}{src}); {device_of(rec)}, "
-            f"{n} thread{'' if n == 1 else 's'}, torch {p.get('torch', '?')}{wall}, {p.get('time', '?')}")
+            f"{n} thread{'' if n == 1 else 's'}{_kernel_text(p.get('execution'))}, torch {p.get('torch', '?')}{wall}, "
+            f"{p.get('time', '?')}")
+
+
+def _kernel_text(ex: Optional[dict]) -> str:
+    "`, DAPE kernel off` / `fused` / `unavailable`: the path DAPE took, where the result records it and it matters."
+    if not isinstance(ex, dict): return ""
+    if ex.get("fused_enabled") is False: return ", DAPE kernel off"
+    cpu = str(ex.get("fused_cpu_kernel", ""))
+    return ", DAPE kernel fused" if cpu == "loaded" else ", DAPE kernel unavailable" if cpu.startswith("unavailable") else ""
 
 
 def results_overview(recs: Sequence[dict]) -> str:

@@ -17,10 +17,10 @@ import matplotlib.pyplot as plt
 import torch
 from tqdm import tqdm
 
-from .data import check_corpus, corpus_split, exclusive_lock
+from .data import check_corpus, corpus_split, exclusive_lock, save_figure
 from .evaluate import PROTOCOL, Protocol, eval_lengths, perplexity
 from .model import GPTConfig
-from .results import RESULTS_MODE, int_lengths, provenance, read_results, write_results
+from .results import RESULTS_MODE, final_record, int_lengths, provenance, read_results, write_results
 from .train import TrainConfig, train_run
 
 
@@ -64,10 +64,10 @@ def sweep_one(spec: str, budget: Budget, out: Path, *, protocol: Protocol = PROT
     tcfg = TrainConfig(steps=budget.steps, batch_size=budget.batch_size, length=budget.train_len, lr=budget.lr,
                        warmup=budget.warmup, grad_accum=budget.grad_accum, seed=seed, dtype=budget.dtype,
                        compile=budget.compile, device=device, ckpt_every=max(50, budget.steps // 10))
-    t0 = time.time()
     model, hist = train_run(mcfg, tcfg, Path(out) / "runs" / _safe(spec), tokens=train_tokens, progress=progress,
                             prog="lengthx sweep")
-    t_train = hist[-1]["time"] if hist else time.time() - t0   # cumulative, also across a resumed run
+    last = final_record(hist, budget.steps, Path(out) / "runs" / _safe(spec))   # every step's record, or a clear error
+    t_train = last["time"]   # cumulative, also across a resumed run
     t_eval = time.time()
     test = corpus_split("stdlib", "test") if test_tokens is None else test_tokens
     ppl, band = {}, {}
@@ -76,7 +76,7 @@ def sweep_one(spec: str, budget: Budget, out: Path, *, protocol: Protocol = PROT
         except ValueError as e: ppl[L] = f"error: {e}"
         except torch.OutOfMemoryError as e: ppl[L] = f"error: out of memory ({_one_line(e)[:80]})"
     return {"spec": spec, "ppl": ppl, "ppl_interval": {L: [round(lo, 4), round(hi, 4)] for L, (lo, hi) in band.items()},
-            "interval_level": SWEEP_INTERVAL, "final_train_loss": hist[-1]["loss"] if hist else None,
+            "interval_level": SWEEP_INTERVAL, "final_train_loss": last["loss"],
             "train_seconds": round(t_train, 1), "eval_seconds": round(time.time() - t_eval, 1),
             "n_params": model.n_params(), "seed": seed, "protocol": protocol.protocol}
 
@@ -204,7 +204,7 @@ def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[floa
     if not curves:   # every PE failed at its own training length: say so in the figure rather than fail the sweep
         fig, ax = plt.subplots(figsize=(8, 1.5)); ax.axis("off")
         ax.text(0.5, 0.5, "no PE of this sweep has a perplexity at its training length", ha="center", va="center")
-        if path: fig.savefig(path, dpi=100, bbox_inches="tight"); os.chmod(path, RESULTS_MODE)
+        if path: save_figure(fig, path, RESULTS_MODE, dpi=100, bbox_inches="tight")
         return fig
     top = max(max(c) for c in curves.values())
     g = {s: c[max(c)] / c[T] for s, c in curves.items()}
@@ -258,6 +258,5 @@ def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[floa
                  f"{st.get('protocol', '?')} (k = {st.get('k') or T}, {st.get('n_windows', '?')} windows)", fontsize=10)
     fig.tight_layout()
     if path:
-        fig.savefig(path, dpi=100, bbox_inches="tight")
-        os.chmod(path, RESULTS_MODE)
+        save_figure(fig, path, RESULTS_MODE, dpi=100, bbox_inches="tight")   # a link at `path` is replaced, never written through
     return fig

@@ -2,6 +2,7 @@
 the anchored last_k protocol; the reader of older result files."""
 import json
 import math
+import shutil
 import stat
 import subprocess
 import sys
@@ -38,7 +39,7 @@ def test_every_unit_writes_one_result_in_the_schema(smoke):
     for unit in X.UNITS:
         path = smoke / f"{unit}_smoke.json"
         rec = json.loads(path.read_text())
-        assert set(rec) == set(X.SCHEMA) and rec["unit"] == unit and rec["preset"] == "smoke"
+        assert set(rec) == set(X.SCHEMA) | {results.CHECKSUM} and rec["unit"] == unit and rec["preset"] == "smoke"
         assert rec["settings"] == json.loads(json.dumps(X.unit_settings(unit, "smoke")))
         assert PROV_KEYS <= set(rec["provenance"]), unit
         p = rec["provenance"]
@@ -75,9 +76,9 @@ def test_only_runs_the_named_units(tmp_path):
 def test_other_settings_in_the_output_are_refused(tmp_path, capsys):
     assert reproduce(tmp_path, "--only", "recall", "--allow-dirty") == 0
     path = tmp_path / "recall_smoke.json"
-    rec = json.loads(path.read_text())
+    rec = results.read_results(path)
     rec["settings"]["steps"] = 99
-    path.write_text(json.dumps(rec))
+    results.write_results(path, rec)                                       # a result made with other settings
     assert reproduce(tmp_path, "--only", "recall", "--allow-dirty") == 2
     assert "other settings (steps differ)" in capsys.readouterr().err
     assert json.loads(path.read_text())["settings"]["steps"] == 99          # never overwritten
@@ -286,9 +287,9 @@ def test_the_reader_hands_every_length_as_a_sorted_int():
 
 
 def test_results_from_another_directory_are_grouped_by_device(smoke, tmp_path, monkeypatch):
-    gpu = json.loads((smoke / "main_smoke.json").read_text())
+    gpu = results.read_results(smoke / "main_smoke.json")
     gpu["provenance"].update(cuda_device="NVIDIA L4", device="cuda:NVIDIA L4", device_used="cuda")
-    (tmp_path / "main_smoke.json").write_text(json.dumps(gpu))
+    results.write_results(tmp_path / "main_smoke.json", gpu)
     monkeypatch.setenv("LENGTHX_RESULTS", str(tmp_path))
     monkeypatch.chdir(ROOT)
     recs = X.load_results()
@@ -377,3 +378,62 @@ def test_pick_chooses_the_base_seed_not_the_newest_file():
     assert results.pick(recs, "baselines", "cpu", seed=2) is None
     assert results.pick(recs, "baselines", "cpu", seed=None)["settings"]["seed"] == 1   # any seed: the newest
     assert results.result_seed({"settings": {"seeds": [3, 4, 5]}}) == 3 and results.result_seed({"settings": {}}) == 0
+
+
+def test_a_result_edited_by_hand_is_refused_not_skipped_as_finished(smoke, tmp_path):
+    path = tmp_path / "recall_smoke.json"
+    shutil.copy(smoke / "recall_smoke.json", path)
+    assert X.reproduce(["recall"], "smoke", tmp_path, allow_dirty=True, progress=False) == {"recall": path}   # skipped
+    rec = json.loads(path.read_text())
+    rec["result"]["runs"]["rope"]["acc"] = {k: 1.0 for k in rec["result"]["runs"]["rope"]["acc"]}
+    path.write_text(json.dumps(rec, indent=1))
+    with pytest.raises(ValueError, match=r"recall_smoke\.json.*edited by hand"):
+        X.reproduce(["recall"], "smoke", tmp_path, allow_dirty=True, progress=False)
+    results.reattest(path, note="accuracies set by hand")
+    assert X.reproduce(["recall"], "smoke", tmp_path, allow_dirty=True, progress=False) == {"recall": path}
+
+
+@pytest.mark.parametrize("content", [{"rows": {}}, []])
+def test_a_file_that_is_not_a_result_is_refused_before_any_work_never_overwritten(tmp_path, content):
+    path = tmp_path / "cost_smoke.json"
+    if isinstance(content, dict): results.write_results(path, content)
+    else: path.write_text(json.dumps(content))
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=r"cost_smoke\.json"):
+        X.reproduce(["recall", "cost"], "smoke", tmp_path, allow_dirty=True, progress=False)
+    assert path.read_bytes() == before and not (tmp_path / "recall_smoke.json").exists()   # refused before recall ran
+
+
+@pytest.mark.parametrize("damage", ["missing", "gap"])
+def test_a_run_whose_metrics_are_missing_or_gappy_is_a_clear_error_not_a_wrong_loss(smoke, tmp_path, damage):
+    shutil.copytree(smoke / "runs" / "smoke" / "lm", tmp_path / "runs" / "smoke" / "lm")
+    metrics = tmp_path / "runs" / "smoke" / "lm" / "rope-seed0" / "metrics.jsonl"
+    if damage == "missing": metrics.unlink()
+    else: metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:-1]))   # the last step's line lost
+    with pytest.raises(ValueError, match=r"rope-seed0/metrics\.jsonl.*final loss is unknown"):
+        X.reproduce(["main"], "smoke", tmp_path, allow_dirty=True, progress=False)
+    assert not (tmp_path / "main_smoke.json").exists()
+
+
+def test_a_sweep_whose_metrics_lost_a_line_is_a_clear_error(tmp_path, monkeypatch):
+    from lengthx import sweep as SW
+    from _tiny import TOKENS
+    monkeypatch.setattr(SW, "corpus_split", lambda corpus, split: TOKENS)
+    b = SW.Budget("tiny", train_len=16, steps=3, batch_size=2, lr=3e-3, warmup=1)
+    run = lambda: SW.run_sweep(["nope"], b, tmp_path, protocol=Protocol(n_windows=2, max_factor=2), progress=False)
+    first = run()["rows"]["nope"]["final_train_loss"]
+    metrics = tmp_path / "runs" / "nope" / "metrics.jsonl"
+    assert json.loads(metrics.read_text().splitlines()[-1])["loss"] == first
+    (tmp_path / "results.json").unlink()
+    metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:-1]))
+    with pytest.raises(ValueError, match="lacks 1 record"):
+        run()
+
+
+def test_two_runs_on_different_paths_say_so_in_their_provenance(tmp_path):
+    from lengthx.pe import fused
+    with fused.kernel_mode("off"):
+        X.reproduce(["recall"], "smoke", tmp_path / "eager", allow_dirty=True, progress=False)
+    X.reproduce(["recall"], "smoke", tmp_path / "auto", allow_dirty=True, progress=False)
+    a, b = (results.read_results(tmp_path / d / "recall_smoke.json")["provenance"]["execution"] for d in ("eager", "auto"))
+    assert a["fused_enabled"] is False and b["fused_enabled"] is True and a["torch_threads"] == torch.get_num_threads()
