@@ -31,11 +31,11 @@ CHECKSUM = "content_sha256"   # the key beside them: SHA-256 of the rest of the 
 MAX_RESULTS_BYTES = 1 << 26   # 64 MiB: the largest committed result is under 100 kB
 
 # %% auto #0
-__all__ = ['UNITS', 'BUDGET_NAMES', 'SCHEMA', 'RESULTS_MODE', 'CHECKSUM', 'MAX_RESULTS_BYTES', 'RESULTS_URL', 'lengthx_checkout',
-           'execution_path', 'provenance', 'result_provenance', 'check_clean', 'content_sha256', 'write_results',
-           'read_json_file', 'verified', 'read_results', 'reattest', 'is_result', 'final_record', 'committed_results',
-           'result_dirs', 'int_lengths', 'load_results', 'device_of', 'result_seed', 'pick', 'attest',
-           'provenance_line', 'results_overview']
+__all__ = ['UNITS', 'BUDGET_NAMES', 'SCHEMA', 'RESULTS_MODE', 'CHECKSUM', 'MAX_RESULTS_BYTES', 'RESULTS_URL', 'DETAIL_PREFIX',
+           'lengthx_checkout', 'execution_path', 'provenance', 'result_provenance', 'check_clean', 'content_sha256',
+           'write_results', 'read_json_file', 'verified', 'read_results', 'reattest', 'is_result', 'final_record',
+           'committed_results', 'result_dirs', 'int_lengths', 'load_results', 'device_of', 'result_seed', 'pick',
+           'attest', 'provenance_line', 'provenance_detail', 'results_overview']
 
 # %% ../nbs/55_results.ipynb #25ebed98
 def _git(here: Path, *args) -> str:
@@ -263,20 +263,39 @@ def attest(rec: dict, sha: str, repo: Union[str, Path] = ".") -> dict:
     return rec
 
 
+DETAIL_PREFIX = "Made from:"   # the line with hashes: the site folds it under "Provenance"
+
+
+def _state_text(p: dict) -> str:
+    "How the code that made a result is pinned: a clean commit, an attested one, or uncommitted changes."
+    if p.get("git_dirty"): return "uncommitted changes"
+    if p.get("attested"): return "a commit attested by its source hash"
+    return "a clean commit" if p.get("git_dirty") is False else "a commit whose state was not recorded"
+
+
 def provenance_line(rec: dict) -> str:
-    "One line saying which code made a result, where, and how long it took."
+    "One line a reader can use: the command that remakes a result, how long it took, on what, when, from what code."
+    p = rec["provenance"]
+    res = rec.get("result")
+    n = res["threads"] if isinstance(res, dict) and isinstance(res.get("threads"), int) else p.get("threads", "?")   # a unit that sets its own threads says so in its result
+    dev = device_of(rec)
+    where = f"{n} CPU thread{'' if n == 1 else 's'}" if dev == "cpu" else dev
+    took = f"{p['wall_seconds'] / 60:.1f} min on " if isinstance(p.get("wall_seconds"), (int, float)) else "on "
+    day = str(p.get("time", "?")).split(" ")[0]
+    return (f"{rec['unit']} ({rec['preset']}): made by `lengthx reproduce --budget {rec['preset']} --only {rec['unit']}`, "
+            f"{took}{where}{_kernel_text(p.get('execution'))}, {day}, from {_state_text(p)}")
+
+
+def provenance_detail(rec: dict) -> str:
+    "The maintainer's line: commit, state, source hash, torch and the exact time (pages fold it under a detail)."
     p = rec["provenance"]
     sha = (p.get("git_sha") or "")[:10] or "no git"
     state = ("uncommitted changes" + (f", diff sha256 {p['git_diff_sha256'][:10]}" if p.get("git_diff_sha256") else "")
              if p.get("git_dirty") else "attested by source hash" if p.get("attested") else "clean"
              if p.get("git_dirty") is False else "clean state not recorded")
     src = f", source sha256 {p['source_sha256'][:10]}" if p.get("source_sha256") else ""
-    wall = f", {p['wall_seconds'] / 60:.1f} min" if isinstance(p.get("wall_seconds"), (int, float)) else ""
     version = f"lengthx {p['lengthx']} at " if p.get("lengthx") else "commit "
-    res = rec.get("result")
-    n = res["threads"] if isinstance(res, dict) and isinstance(res.get("threads"), int) else p.get("threads", "?")   # a unit that sets its own threads says so in its result
-    return (f"{rec['unit']} ({rec['preset']}): {version}{sha} ({state}{src}); {device_of(rec)}, "
-            f"{n} thread{'' if n == 1 else 's'}{_kernel_text(p.get('execution'))}, torch {p.get('torch', '?')}{wall}, "
+    return (f"{DETAIL_PREFIX} {rec['unit']} ({rec['preset']}) by {version}{sha} ({state}{src}); torch {p.get('torch', '?')}, "
             f"{p.get('time', '?')}")
 
 

@@ -51,3 +51,16 @@ def test_a_chapter_above_its_allowance_fails_and_a_new_one_is_allowed_nothing():
 
 def test_the_book_is_within_its_allowances():
     assert cp.over(cp.all_counts(), json.loads(cp.ALLOWANCE.read_text())) == []
+
+
+def test_the_site_folds_exactly_the_provenance_lines_the_package_prints():
+    "build_site folds the lines that start with the prefixes lengthx prints its hashes under, and only those."
+    from build_site import FOLDED_PREFIXES, fold_provenance
+    from lengthx.evidence import READS_PREFIX
+    from lengthx.results import DETAIL_PREFIX
+    assert set(FOLDED_PREFIXES) == {READS_PREFIX, DETAIL_PREFIX}
+    text = f"ppl 9.1\n{DETAIL_PREFIX} main (cpu) by commit 75eb83b4a4 (clean)\nthe end\n"
+    out = fold_provenance([{"output_type": "stream", "name": "stdout", "text": text}])
+    assert out[0]["text"] == "ppl 9.1\nthe end\n"
+    assert "<details>" in out[1]["data"]["text/markdown"] and "75eb83b4a4" in out[1]["data"]["text/markdown"]
+    assert cp.HASH.findall(cp.visible_text({"cell_type": "code", "source": "", "metadata": {}, "outputs": out})) == []

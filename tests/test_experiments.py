@@ -238,7 +238,7 @@ def test_attest_names_the_commit_whose_source_the_result_was_made_from(tmp_path)
     attest(rec, sha[:7], tmp_path)
     p = rec["provenance"]
     assert p["git_sha"] == sha and p["git_dirty"] is False and p["git_diff_sha256"] is None and p["device_git"] == stale
-    assert "attested" in provenance_line(rec) and "(clean" not in provenance_line(rec)
+    assert "attested" in provenance_line(rec) and "clean commit" not in provenance_line(rec)
     other = {"unit": "che_budget", "preset": "colab", "provenance": {"source_sha256": source_sha256({"a.py": b"x = 2\n"})}}
     with pytest.raises(ValueError, match="is not lengthx/"):
         attest(other, sha, tmp_path)
