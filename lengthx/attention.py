@@ -458,10 +458,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, pe: PE, pos: Positions, *, causal
 
 # %% ../nbs/01_attention.ipynb #27970dc3
 def attend_lse(q: Tensor, k: Tensor, v: Tensor, scale: float, *, causal: bool = False,
-               mask: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
-    "Attention of q [B, H, Tq, Dh] over k, v [B, H', Tk, Dh] (H' divides H) and each query's log-sum-exp of its logits [B, H, Tq] (−inf where `mask` hides every key)."
+               mask: Optional[Tensor] = None, flash: Optional[bool] = None) -> tuple[Tensor, Tensor]:
+    "Attention of q [B, H, Tq, Dh] over k, v [B, H', Tk, Dh] (H' divides H) and each query's log-sum-exp of its logits [B, H, Tq] (−inf where `mask` hides every key); `flash` (default: on a CPU) picks torch's CPU kernel over the materialized scores."
     if mask is not None and mask.dim() == 3: mask = mask[None]   # [H, Tq, Tk]: the kernel takes 2 or 4 dimensions
-    if q.device.type == "cpu":   # the flash kernel: scores never stored; causal is top-left (key j ≤ query i)
+    if flash is None: flash = q.device.type == "cpu"
+    if flash:   # the flash kernel: scores never stored; causal is top-left (key j ≤ query i)
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
     else:
         r = q.shape[1] // k.shape[1]

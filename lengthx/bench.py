@@ -11,6 +11,7 @@ __all__ = ['PEER_PES', 'MODES', 'INSTALL_HINT', 'DAPE_FAST_SPECS', 'PAPER_TIMED'
            'dape_fast_measure', 'compile_speedups', 'side_by_side', 'round_ratios', 'window_calls']
 
 # %% ../nbs/71_cost.ipynb #99ac4ef3
+import ctypes
 import gc
 import json
 import math
@@ -576,7 +577,9 @@ def _status_kib(key: str) -> int:
 
 
 def _reset_peak() -> None:
-    "Reset this process's resident high-water mark (VmHWM) to its current resident size (Linux ≥ 4.0)."
+    "Hand freed heap pages back (glibc's malloc_trim), then reset the resident high-water mark (VmHWM) to the resident size (Linux ≥ 4.0)."
+    try: ctypes.CDLL("libc.so.6").malloc_trim(0)   # else a call may reuse a previous call's freed pages and look free
+    except OSError: pass
     with open("/proc/self/clear_refs", "w") as f: f.write("5")
 
 
@@ -589,7 +592,7 @@ def side_by_side(calls: dict, rounds: int = 3, threads: int = 2, progress: bool 
         for _ in tqdm(range(rounds), desc="side by side", disable=not progress, file=sys.stderr):
             row = {}
             for name, fn in calls.items():
-                gc.collect(); base = _status_kib("VmRSS"); _reset_peak()
+                gc.collect(); _reset_peak(); base = _status_kib("VmRSS")
                 t = time.perf_counter()
                 with torch.no_grad(): fn()
                 row[name] = {"seconds": time.perf_counter() - t, "peak_mib": (_status_kib("VmHWM") - base) / 1024}

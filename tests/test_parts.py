@@ -17,25 +17,27 @@ def qkv(B=2, H=3, T=37, Dh=16, seed=0, Tk=None):
             torch.randn(B, H, Tk or T, Dh, generator=g))
 
 
-def test_merge_of_random_groups_is_one_softmax_even_where_a_group_is_empty():
+@pytest.mark.parametrize("flash", [True, False])
+def test_merge_of_random_groups_is_one_softmax_even_where_a_group_is_empty(flash):
     q, k, v = qkv()
     T, scale = q.shape[2], 0.25
     ref = torch.softmax((q @ k.transpose(-1, -2) * scale).masked_fill(~causal_mask(T, T), float("-inf")), -1) @ v
     deal = torch.randint(0, 3, (T, T), generator=G(1)).masked_fill(~causal_mask(T, T), -1)
     masks = [torch.zeros(T, T).masked_fill(deal != i, float("-inf")) for i in range(3)]
     assert all((m == float("-inf")).all(-1).any() for m in masks)   # every group is empty for some query (row 0 at least)
-    out, lse = merge_parts([attend_lse(q, k, v, scale, mask=m) for m in masks])
+    out, lse = merge_parts([attend_lse(q, k, v, scale, mask=m, flash=flash) for m in masks])
     assert (out - ref).abs().max() < 1e-5
     s = (q @ k.transpose(-1, -2) * scale).masked_fill(~causal_mask(T, T), float("-inf"))
     assert (lse - s.logsumexp(-1)).abs().max() < 1e-4
 
 
-def test_a_group_no_query_sees_changes_nothing_and_gives_no_nan():
+@pytest.mark.parametrize("flash", [True, False])
+def test_a_group_no_query_sees_changes_nothing_and_gives_no_nan(flash):
     q, k, v = qkv()
     scale = 0.25
-    alone = attend_lse(q, k, v, scale, causal=True)
-    hidden = attend_lse(q, k, v, scale, mask=torch.full((q.shape[2], k.shape[2]), float("-inf")))
-    assert torch.isneginf(hidden[1]).all() and (hidden[0] == 0).all()   # the kernel itself reports lse 0 there
+    alone = attend_lse(q, k, v, scale, causal=True, flash=flash)
+    hidden = attend_lse(q, k, v, scale, mask=torch.full((q.shape[2], k.shape[2]), float("-inf")), flash=flash)
+    assert torch.isneginf(hidden[1]).all() and (hidden[0] == 0).all()   # the CPU kernel itself reports lse 0 there
     out, lse = merge_parts([alone, hidden])
     assert (out - alone[0]).abs().max() < 1e-6 and (lse - alone[1]).abs().max() < 1e-6
     out, lse = merge_parts([hidden, hidden])
