@@ -5,10 +5,11 @@
 # %% ../nbs/01_attention.ipynb #00ffdf1a
 from __future__ import annotations
 
+import contextlib
 import difflib
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -17,9 +18,10 @@ from torch import Tensor, nn
 
 # %% auto #0
 __all__ = ['PATHS', 'CHUNK_AUTO_LEN', 'CHUNK_INFER_LEN', 'CHUNK_TRAIN_LEN', 'MAX_SPEC_DEPTH', 'Positions', 'PEContext', 'PE',
-           'WrappedPE', 'causal_mask', 'pick_path', 'consecutive', 'toeplitz_ok', 'offsets_bias_row', 'toeplitz',
-           'KeyReversedMask', 'toeplitz_key_reversed', 'relative_bias_matrix', 'additive_mask', 'toeplitz_block',
-           'ToeplitzBlock', 'attention', 'Opt', 'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError',
+           'WrappedPE', 'causal_mask', 'parts_off', 'pick_path', 'consecutive', 'toeplitz_ok', 'offsets_bias_row',
+           'toeplitz', 'KeyReversedMask', 'toeplitz_key_reversed', 'relative_bias_matrix', 'additive_mask',
+           'toeplitz_block', 'ToeplitzBlock', 'attention', 'attend_lse', 'merge_parts', 'band_attend', 'index_offset',
+           'attention_at', 'Opt', 'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError',
            'unknown_pe_error', 'parse_spec', 'canonical_spec', 'build_pe', 'pe_help', 'pe_options_markdown',
            'check_paths_agree', 'check_spec', 'expand_specs']
 
@@ -115,6 +117,11 @@ class PE(nn.Module):
         "Not a hook but a shortcut: the weights softmax(mask(refine(scale·qkᵀ + bias))) [B, H, Tq, Tk] from one kernel, for inference; None: the core takes the steps."
         return None
 
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, pos_q: Positions, pos_k: Positions, scale: float, causal: bool,
+               layer: int = 0) -> Optional[Tensor]:
+        "Not a hook but a shortcut: the output [B, H, Tq, Dh] of every step after `rotate`, computed by the PE in parts (no T×T tensor), for inference; None: the core takes the steps."
+        return None
+
     # -- what the attention core needs to know ------------------------------
     @property
     def uses_embed(self) -> bool: return _overrides(self, "embed")
@@ -128,6 +135,8 @@ class PE(nn.Module):
     def uses_logits(self) -> bool: return _overrides(self, "logits")
     @property
     def uses_value(self) -> bool: return _overrides(self, "value")
+    @property
+    def uses_attend(self) -> bool: return _overrides(self, "attend")
     @property
     def bias_per_layer(self) -> bool:
         "True when the bias differs between layers (then it is recomputed per layer)."
@@ -161,6 +170,9 @@ class WrappedPE(PE):
     def fused_weights(self, q, k, scale, bias, mask, layer=0):   # the inner PE's shortcut holds only if every step it replaces is the inner's
         if any(getattr(type(self), n) is not getattr(WrappedPE, n) or n in vars(self) for n in ("bias", "refine", "logits")): return None
         return self.inner.fused_weights(q, k, scale, bias, mask, layer)
+    def attend(self, q, k, v, pos_q, pos_k, scale, causal, layer=0):   # likewise: the inner's parts hold only if the wrapper changes no step after rotate
+        if not self.uses_attend: return None
+        return self.inner.attend(q, k, v, pos_q, pos_k, scale, causal, layer)
 
     def _uses(self, name: str) -> bool:
         own = getattr(type(self), name) is not getattr(WrappedPE, name)
@@ -177,6 +189,12 @@ class WrappedPE(PE):
     def uses_logits(self): return self._uses("logits")
     @property
     def uses_value(self): return self._uses("value")
+    @property
+    def uses_attend(self):
+        "A wrapper's own attend, or the inner's when the wrapper changes no step that attend replaces."
+        if getattr(type(self), "attend") is not WrappedPE.attend: return True
+        own = any(getattr(type(self), n) is not getattr(WrappedPE, n) or n in vars(self) for n in ("bias", "refine", "logits", "value"))
+        return not own and self.inner.uses_attend
     @property
     def bias_per_layer(self): return self.inner.bias_per_layer
     @property
@@ -200,10 +218,22 @@ def causal_mask(tq: int, tk: int, device=None, q_offset: int = 0) -> Tensor:
     return torch.arange(tk, device=device)[None, :] <= i
 
 
+_PARTS = {"on": True}
+
+
+@contextlib.contextmanager
+def parts_off():
+    "Within: no PE computes its own output in parts, so the core takes the steps (for the references and the before-and-after measurements)."
+    old, _PARTS["on"] = _PARTS["on"], False
+    try: yield
+    finally: _PARTS["on"] = old
+
+
 def pick_path(pe: PE, length: int, device: torch.device, need_weights: bool = False) -> str:
     "The fastest path `pe` allows: flash sdpa, flex on GPU for biases, chunked where a T×T tensor would not fit."
     if need_weights: return "naive"
     if pe.uses_refine: return "chunked" if length > (CHUNK_TRAIN_LEN if torch.is_grad_enabled() else CHUNK_INFER_LEN) else "naive"
+    if _PARTS["on"] and pe.uses_attend and not torch.is_grad_enabled() and not pe.uses_bias: return "chunked"   # its parts: no T×T tensor at any length
     if pe.uses_logits or pe.uses_value: return "chunked" if length > CHUNK_AUTO_LEN else "naive"
     if pe.uses_bias and device.type == "cuda": return "flex"
     if pe.uses_bias and length > CHUNK_AUTO_LEN and not pe.relative_bias:
@@ -310,6 +340,8 @@ def _sdpa(q, k, v, pe, pos, causal, layer, bias, scale, mask=None, block=256):
         raise ValueError(f"path 'sdpa' cannot run {pe.spec!r} (it refines logits or changes the dot product); use 'naive' or 'chunked'")
     if pe.uses_value:
         raise ValueError(f"path 'sdpa' cannot run {pe.spec!r} (it adds a term read from the attention weights, which sdpa never materializes); use 'naive' or 'chunked'")
+    out = _attend(q, k, v, pe, pos, causal, layer, scale)   # a prepared mask is the PE's own bias: its parts recompute what they read
+    if out is not None: return out
     if mask is None: mask = additive_mask(pe, pos, causal=causal, dtype=q.dtype, layer=layer, bias=bias, reversed_keys=True)
     if mask is None: return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
     return _sdpa_masked(q, k, v, mask, causal, scale, block)
@@ -373,6 +405,12 @@ def _block_out(q, k, v, pe, pos_q, pos_k, mask, layer, scale, row=None, start=0)
     return _naive(q, k, v, pe, pos_q, pos_k, mask, layer, bias, scale)[0]
 
 
+def _attend(q, k, v, pe, pos, causal, layer, scale) -> Optional[Tensor]:
+    "The PE's own output in parts (`PE.attend`) where it offers one and nothing is differentiated; else None."
+    if not _PARTS["on"] or not pe.uses_attend or _needs_grad(pe, q, k, v): return None
+    return pe.attend(q, k, v, pos, pos, scale, causal, layer)
+
+
 def _needs_grad(pe: PE, *ts: Tensor) -> bool:
     "True when autograd will record this call: gradients on, and an input or a PE parameter requires them."
     return torch.is_grad_enabled() and (any(t.requires_grad for t in ts) or any(p.requires_grad for p in pe.parameters()))
@@ -381,6 +419,8 @@ def _needs_grad(pe: PE, *ts: Tensor) -> bool:
 def _chunked(q, k, v, pe, pos, causal, layer, scale, block):
     "The naive path over blocks of queries; each block sees only the keys it may attend to. Under autograd each block is recomputed in backward, so training memory is one block's, not T×T."
     from torch.utils.checkpoint import checkpoint
+    out = _attend(q, k, v, pe, pos, causal, layer, scale)
+    if out is not None: return out
     T, outs = q.shape[2], []
     recompute = _needs_grad(pe, q, k, v)
     toep = toeplitz_ok(pe, pos) and k.shape[2] == T   # every block's bias from one row of 2T−1 offsets, not the formula per block
@@ -415,6 +455,110 @@ def attention(q: Tensor, k: Tensor, v: Tensor, pe: PE, pos: Positions, *, causal
     if path == "sdpa": return _sdpa(q, k, v, pe, pos, causal, layer, bias, scale, mask, block)
     if path == "flex": return _flex(q, k, v, pe, pos, causal, layer, scale)
     return _chunked(q, k, v, pe, pos, causal, layer, scale, block)
+
+# %% ../nbs/01_attention.ipynb #27970dc3
+def attend_lse(q: Tensor, k: Tensor, v: Tensor, scale: float, *, causal: bool = False,
+               mask: Optional[Tensor] = None, flash: Optional[bool] = None) -> tuple[Tensor, Tensor]:
+    "Attention of q [B, H, Tq, Dh] over k, v [B, H', Tk, Dh] (H' divides H) and each query's log-sum-exp of its logits [B, H, Tq] (−inf where `mask` hides every key); `flash` (default: on a CPU) picks torch's CPU kernel over the materialized scores."
+    if mask is not None and mask.dim() == 3: mask = mask[None]   # [H, Tq, Tk]: the kernel takes 2 or 4 dimensions
+    if flash is None: flash = q.device.type == "cpu"
+    if flash:   # the flash kernel: scores never stored; causal is top-left (key j ≤ query i)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
+    else:
+        r = q.shape[1] // k.shape[1]
+        s = torch.einsum("bhqd,bhkd->bhqk", q, k.repeat_interleave(r, 1)).float() * scale
+        if mask is not None: s = s + mask
+        if causal: s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
+        lse = s.logsumexp(-1)
+        out = (s - lse[..., None]).nan_to_num(float("-inf")).exp().to(v.dtype) @ v.repeat_interleave(r, 1)
+    if mask is not None:   # a query with no visible key: the kernel reports 0, the merge needs −inf (and a finite output)
+        empty = (mask == float("-inf")).all(-1)
+        if empty.any(): lse, out = lse.masked_fill(empty, float("-inf")), out.masked_fill(empty[..., None], 0.0)
+    return out, lse.float()
+
+
+def merge_parts(parts: Sequence[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+    "Attention of the same queries over disjoint key groups, (out_g, lse_g) each, merged into attention over their union: o = Σ e^{ℓ_g − ℓ} o_g, ℓ = log Σ e^{ℓ_g}."
+    if len(parts) == 1: return parts[0]
+    ls = torch.stack([l for _, l in parts])                    # [G, B, H, Tq]
+    lse = ls.logsumexp(0)
+    ref = lse.masked_fill(lse == float("-inf"), 0.0)           # a query no group saw: every weight e^{−inf − 0} = 0, not NaN
+    w = (ls - ref).exp().unsqueeze(-1)                         # e^{ℓ_g − ℓ}, [G, B, H, Tq, 1]
+    out = (w * torch.stack([o for o, _ in parts]).float()).sum(0)
+    return out.to(parts[0][0].dtype), lse
+
+# %% ../nbs/01_attention.ipynb #18dc8eda
+def _band_mask(s: int, e: int, j0: int, j1: int, offset: int, lo, hi, dtype, device) -> Optional[Tensor]:
+    "Additive mask [e − s, j1 − j0]: 0 where lo ≤ (i + offset) − j ≤ hi, −inf elsewhere; None when every entry is 0."
+    d = torch.arange(s + offset, e + offset, device=device)[:, None] - torch.arange(j0, j1, device=device)[None, :]
+    seen = torch.ones_like(d, dtype=torch.bool)
+    if lo is not None: seen &= d >= lo
+    if hi is not None: seen &= d <= hi
+    if bool(seen.all()): return None
+    return torch.zeros(seen.shape, dtype=dtype, device=device).masked_fill(~seen, float("-inf"))
+
+
+def band_attend(q: Tensor, k: Tensor, v: Tensor, scale: float, lo: Optional[int], hi: Optional[int], offset: int = 0,
+                block: int = 256, bias: Optional[Callable] = None, bias_relative: bool = False) -> tuple[Tensor, Tensor]:
+    "Query i over the keys j with lo ≤ (i + offset) − j ≤ hi (None: unbounded), blocks of queries against just those keys: (out, lse), lse = −inf where none; `bias(s, e, j0, j1)`: additive logits of a piece (`bias_relative`: they depend on j − i only)."
+    Tq, Tk = q.shape[2], k.shape[2]
+    out = q.new_zeros(*q.shape[:3], v.shape[-1])
+    lse = torch.full(q.shape[:3], float("-inf"), device=q.device)
+    first = lambda i: max(0, i + offset - hi) if hi is not None else 0        # the first key query i may see
+    last = lambda i: min(Tk - 1, i + offset - lo) if lo is not None else Tk - 1   # and the last
+    seen = {}   # a piece's mask depends on its shape and on j0 − s only: interior blocks share one
+
+    def mask_of(s, e, j0, j1):
+        key = (e - s, j1 - j0, j0 - s) if bias is None or bias_relative else (s, j0, j1)
+        if key not in seen:
+            m = _band_mask(s, e, j0, j1, offset, lo, hi, q.dtype, q.device)
+            b = bias(s, e, j0, j1) if bias is not None else None
+            seen[key] = m if b is None else b.to(q.dtype) if m is None else b.to(q.dtype) + m
+        return seen[key]
+
+    for s in range(0, Tq, block):
+        e = min(s + block, Tq)
+        a0, a1, z0, z1 = first(s), first(e - 1), last(s), last(e - 1)
+        if z1 < a0 or a0 > Tk - 1: continue   # no query of the block sees a key
+        # the left edge (a mask), the keys every query sees (no mask), the right edge: top-left causal when unclipped
+        cuts = [(a0, a1, "mask"), (a1, z0, "all"), (z0, z1 + 1, "causal" if z1 - z0 == e - 1 - s else "mask")] \
+            if a1 <= z0 else [(a0, z1 + 1, "mask")]
+        parts = []
+        for j0, j1, how in cuts:
+            if j1 <= j0: continue
+            qb, kb, vb = q[:, :, s:e], k[:, :, j0:j1], v[:, :, j0:j1]
+            m = mask_of(s, e, j0, j1) if how == "mask" or bias is not None else None
+            if how == "causal" and bias is None: parts.append(attend_lse(qb, kb, vb, scale, causal=True))
+            else: parts.append(attend_lse(qb, kb, vb, scale, mask=m))
+        if parts: out[:, :, s:e], lse[:, :, s:e] = merge_parts(parts)
+    return out, lse
+
+
+def index_offset(pos_q: Positions, pos_k: Positions) -> Optional[int]:
+    "o with pos_q[b, i] − pos_k[b, j] = i + o − j for every row b (consecutive positions, one offset): then a band of positions is a band of indices; else None."
+    if not (consecutive(pos_q) and consecutive(pos_k)) or pos_q.shape[1] == 0 or pos_k.shape[1] == 0: return None
+    d = pos_q.token[:, 0] - pos_k.token[:, 0]
+    return int(d[0]) if bool((d == d[0]).all()) else None
+
+# %% ../nbs/01_attention.ipynb #c1ab9eb6
+def attention_at(q: Tensor, k: Tensor, v: Tensor, pe: PE, pos_q: Positions, pos_k: Positions, *, layer: int = 0,
+                 block: int = 256) -> Tensor:
+    "Causal attention of queries [B, H, Tq, Dh] at the last Tq of the Tk key positions (decoding with a KV cache): the PE's parts, the flash band, or blocks of logits."
+    Tq, Tk = q.shape[2], k.shape[2]
+    if Tq > Tk: raise ValueError(f"attention_at needs at most as many queries as keys, got {Tq} queries and {Tk} keys")
+    if pe.uses_rotate: q, k = pe.rotate(q, q, pos_q)[0], pe.rotate(k, k, pos_k)[1]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    if _PARTS["on"] and pe.uses_attend and not _needs_grad(pe, q, k, v):
+        out = pe.attend(q, k, v, pos_q, pos_k, scale, True, layer)
+        if out is not None: return out
+    plain = not (pe.uses_bias or pe.uses_logits or pe.uses_refine or pe.uses_value)
+    if plain and _PARTS["on"] and not _needs_grad(pe, q, k, v): return band_attend(q, k, v, scale, 0, None, Tk - Tq, block)[0]
+    outs = []
+    for s in range(0, Tq, block):
+        e = min(s + block, Tq)
+        mask = causal_mask(e - s, Tk, q.device, Tk - Tq + s)
+        outs.append(_naive(q[:, :, s:e], k, v, pe, pos_q[s:e], pos_k, mask, layer, None, scale)[0])
+    return torch.cat(outs, dim=2)
 
 # %% ../nbs/01_attention.ipynb #76cfaab9
 @dataclass(frozen=True)

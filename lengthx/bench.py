@@ -8,11 +8,14 @@ __all__ = ['PEER_PES', 'MODES', 'INSTALL_HINT', 'DAPE_FAST_SPECS', 'PAPER_TIMED'
            'param_counts', 'logits_of', 'peer_models', 'half_precision', 'train_step', 'forward_step',
            'interleaved_times', 'spread', 'matmul_peak_gflops', 'bench_peers', 'peers_table', 'params_table',
            'roofline_figure', 'dape_fast_timings', 'dape_fast_limits', 'dape_peak_mib', 'dape_peak_cuda_mib',
-           'dape_fast_measure', 'compile_speedups']
+           'dape_fast_measure', 'compile_speedups', 'side_by_side', 'round_ratios', 'window_calls']
 
 # %% ../nbs/71_cost.ipynb #99ac4ef3
+import ctypes
+import gc
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -22,7 +25,7 @@ from typing import Optional, Sequence
 import torch
 from tqdm import tqdm
 
-from .attention import PATHS, pick_path
+from .attention import PATHS, parts_off, pick_path
 from .model import GPT, GPTConfig, flops_per_token
 
 _MEASURE = r"""
@@ -566,3 +569,50 @@ def compile_speedups(pes: Sequence[str] = ("nope", "rope", "alibi", "kerple_log"
         return rows
     finally:
         torch.set_num_threads(old)
+
+# %% ../nbs/71_cost.ipynb #4d6fb0d7
+def _status_kib(key: str) -> int:
+    "A field of /proc/self/status in KiB (VmRSS, VmHWM)."
+    with open("/proc/self/status") as f: return next(int(l.split()[1]) for l in f if l.startswith(key + ":"))
+
+
+def _reset_peak() -> None:
+    "Hand freed heap pages back (glibc's malloc_trim), then reset the resident high-water mark (VmHWM) to the resident size (Linux ≥ 4.0)."
+    try: ctypes.CDLL("libc.so.6").malloc_trim(0)   # else a call may reuse a previous call's freed pages and look free
+    except OSError: pass
+    with open("/proc/self/clear_refs", "w") as f: f.write("5")
+
+
+def side_by_side(calls: dict, rounds: int = 3, threads: int = 2, progress: bool = False) -> dict:
+    "Seconds and peak added resident MiB of each call (no autograd), rounds interleaving the calls: {'rounds': [{name: {...}}], 'load': [...], 'threads'}."
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    out = {"threads": threads, "load": [list(os.getloadavg())], "rounds": []}
+    try:
+        for _ in tqdm(range(rounds), desc="side by side", disable=not progress, file=sys.stderr):
+            row = {}
+            for name, fn in calls.items():
+                gc.collect(); _reset_peak(); base = _status_kib("VmRSS")
+                t = time.perf_counter()
+                with torch.no_grad(): fn()
+                row[name] = {"seconds": time.perf_counter() - t, "peak_mib": (_status_kib("VmHWM") - base) / 1024}
+            out["rounds"].append(row)
+            out["load"].append(list(os.getloadavg()))
+    finally:
+        torch.set_num_threads(old)
+    return out
+
+
+def round_ratios(res: dict, name: str, ref: str) -> dict:
+    "`name` over `ref` in each round of a `side_by_side` result: {'seconds': [...], 'peak_mib': [...]}."
+    return {m: [r[name][m] / r[ref][m] for r in res["rounds"]] for m in ("seconds", "peak_mib")}
+
+
+def window_calls(T: int, w: int = 64, inner: str = "kerple_log", preset: str = "tiny") -> dict:
+    "One forward each at T tokens: a fresh `preset` model with `inner`, and with `window:w=…:inner` as a band (after) and as a dense mask (before)."
+    torch.manual_seed(0)
+    plain, win = lengthx_model(inner, preset, T).eval(), lengthx_model(f"window:w={w}:{inner}", preset, T).eval()
+    idx = torch.randint(0, 256, (1, T))
+    def before():
+        with parts_off(): win(idx)
+    return {inner: lambda: plain(idx), "window (band)": lambda: win(idx), "window (dense, before)": before}

@@ -10,7 +10,9 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..attention import PE, PEContext, Positions, WrappedPE, register_pe
+from typing import Optional
+
+from ..attention import PE, PEContext, Positions, WrappedPE, band_attend, consecutive, index_offset, register_pe
 from .bias import relative_positions, squeeze_batch
 
 # %% auto #0
@@ -53,6 +55,19 @@ class WindowPE(WrappedPE):
             if inner is not None: s = inner(s, b, h, qi, ki)
             return torch.where((tok[b, qi] - tok[b, ki]).abs() >= w, s + WINDOW_NEG, s)
         return mod
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, pos_q: Positions, pos_k: Positions, scale: float, causal: bool,
+               layer: int = 0) -> Optional[Tensor]:
+        "The window as a band: each block of queries against only the keys within distance w, the inner bias on that band alone."
+        o, inner = index_offset(pos_q, pos_k), self.inner
+        if o is None or inner.uses_logits or inner.uses_value: return None   # positions not one run, or a changed product: the dense steps
+        bias = (lambda s, e, j0, j1: inner.bias(pos_q[s:e], pos_k[j0:j1], layer)) if inner.uses_bias else None
+        return band_attend(q, k, v, scale, 0 if causal else 1 - self.w, self.w - 1, o, bias=bias,
+                           bias_relative=inner.uses_bias and inner.toeplitz(pos_q) and inner.toeplitz(pos_k))[0]
+
+    def toeplitz(self, pos: Positions) -> bool:
+        "A relative inner bias (or none) plus the window, on consecutive positions: Toeplitz, so a model lays its mask out from 2T − 1 offsets."
+        return self.relative_bias and consecutive(pos)
 
     def extra_repr(self) -> str: return f"spec={self.spec!r}, w={self.w}"
 
