@@ -310,10 +310,10 @@ def estimate_train_memory(model_or_cfg, length: int, *, batch: int = 1, path: st
     if path == "naive":   # scores and probabilities, and what a logits hook builds (CoPE's gates and counts, ...)
         ms = max([_LOGITS_MAPS[f][0] for f in _families(pe) if f in _LOGITS_MAPS] or [1.0]) if pe.uses_logits else 0.0
         kept += B * H * T * T * (2 + ms)
-        if pe.uses_refine and _kernel_refines(pe) and fused_refine_runs(device): kept += B * H * T * T   # the refined logits
-        elif pe.uses_refine: kept += B * T * T * (4 * H + 3 * getattr(_refiner(pe), "width", 32))   # f's input and hidden
+        if pe.uses_refine and not (_kernel_refines(pe) and fused_refine_runs(device)):   # the kernel keeps no more
+            kept += B * T * T * (4 * H + 3 * getattr(_refiner(pe), "width", 32))   # eager f: its input and hidden maps
     elif path == "sdpa" and pe.uses_bias and any(p.requires_grad for p in pe.parameters()):
-        kept += 2 * B * H * T * T                                    # a learned bias's mask under autograd: T×T maps kept
+        kept += 1.5 * B * H * T * T                                  # a learned bias's mask under autograd: T×T maps kept
     else: kept += B * H * T                                          # chunked recomputes; fused kernels keep a logsumexp
     logits_grad = 2 * B * T * V * _F32
     return int(forward + optimizer + cfg.n_layer * kept * _F32 + logits_grad)

@@ -69,5 +69,5 @@ def test_eval_estimate_holds_for_every_family():
 
 
 def test_train_estimate_holds():
-    "A flash path, a learned bias (sdpa keeps T×T maps under autograd), a logits hook, and DAPE: never under, at most 1.5x over."
-    check(measure("train", [[s, T, B] for s in ("rope", "kerple_log", "cope", "dape:kerple_log") for T, B in ((256, 4), (512, 2))]), 1.5)
+    "A flash path, a learned bias (sdpa keeps T×T maps under autograd), a logits hook, and DAPE."
+    check(measure("train", [[s, T, B] for s in ("rope", "kerple_log", "cope", "dape:kerple_log") for T, B in ((256, 4), (512, 2))]))
