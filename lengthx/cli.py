@@ -336,20 +336,21 @@ def tasks_command(a: argparse.Namespace) -> str:
     return " ".join(parts)
 
 
-def _check_test_lens(a, base, known) -> None:
-    "The longest test input of every task fits the randomized positions and the memory, refused before any training."
-    from lengthx.evaluate import estimate_eval_memory, format_bytes, memory_budget
+def _check_tasks_memory(a, base, known) -> None:
+    "The longest test input fits the randomized positions; training and test batches fit the memory: refused before any training."
+    from lengthx.evaluate import estimate_eval_memory, estimate_train_memory, format_bytes, memory_budget
     top, budget = max(a.test_lens), memory_budget(None if a.device == "auto" else a.device)
     for t in a.tasks:
-        T = top + known[t].output_length(top)
+        T, Tt = top + known[t].output_length(top), a.train_len + known[t].output_length(a.train_len)
         if not a.no_randomize and T > a.max_pos:
             raise ValueError(f"--test-lens up to {top} gives {t} inputs of {T} tokens, more than the {a.max_pos} randomized "
                              "positions; raise --max-pos or shorten --test-lens")
-        need = max(estimate_eval_memory(replace(base, task=t, pe=pe).model_config(), T) for pe in a.pes)
+        cfgs = [replace(base, task=t, pe=pe).model_config() for pe in a.pes]   # a test draws all its strings (int64) at once
+        need = max(max(estimate_eval_memory(c, T) + 24 * a.eval_batch * T, estimate_train_memory(c, Tt, batch=a.batch_size)) for c in cfgs)
         if need > budget:
-            raise ValueError(f"--test-lens up to {top} gives {t} inputs of {T} tokens, which need an estimated "
-                             f"{format_bytes(need)} for one string, more than the {format_bytes(budget)} budget; shorten "
-                             "--test-lens or set LENGTHX_MEM_BUDGET")
+            raise ValueError(f"{t}: training on {a.batch_size} strings of {Tt} tokens or testing {a.eval_batch} of {T} tokens needs an "
+                             f"estimated {format_bytes(need)}, more than the {format_bytes(budget)} budget; lower --batch-size, "
+                             "--eval-batch or --test-lens, or set LENGTHX_MEM_BUDGET")
 
 
 def _cmd_tasks(a):
@@ -373,7 +374,7 @@ def _cmd_tasks(a):
                      steps=a.steps, batch_size=a.batch_size, lr=a.lr, warmup=a.warmup, eval_batch=a.eval_batch,
                      seed=a.seed, device=a.device)
     for pe in a.pes: check_model_spec(replace(base, pe=pe).model_config())
-    _check_test_lens(a, base, known)
+    _check_tasks_memory(a, base, known)
     runs, res = {}, None
     lock = exclusive_lock(path.parent / ".lock", f"tasks output {path.parent}") if path else contextlib.nullcontext()
     with lock:
