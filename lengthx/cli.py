@@ -28,7 +28,8 @@ BUDGET_NAMES = ("smoke", "cpu", "colab", "paper")                # lengthx.resul
 
 # %% auto #0
 __all__ = ['MODEL_PRESETS', 'PROTOCOLS', 'PROTOCOL_DEFAULTS', 'ATTN_PATHS', 'SPLITS', 'CORPORA', 'SWEEP_BUDGETS', 'UNITS',
-           'BUDGET_NAMES', 'tasks_command', 'UsageError', 'build_parser', 'pe_help_text', 'main', 'options_markdown']
+           'BUDGET_NAMES', 'MAX_LENGTHS', 'MAX_LENGTH', 'tasks_command', 'UsageError', 'build_parser', 'pe_help_text',
+           'main', 'options_markdown']
 
 # %% ../nbs/54_cli.ipynb #4211abad
 def _positive(s: str) -> int:
@@ -69,20 +70,30 @@ def _rate(s: str) -> float:
     return v
 
 
+MAX_LENGTHS, MAX_LENGTH = 10_000, 2 ** 24   # lengths in one list, and the longest one (16,777,216 tokens)
+
+
 def _lengths(s: str) -> list[int]:
-    "'64,128,512', or a range '41:500' / '41:500:20' (inclusive) -> positive lengths (argparse type)."
+    "'64,128,512', or a range '41:500' / '41:500:20' (inclusive) -> positive lengths (argparse type), bounded before expanded."
     try:
         if ":" in s:
             parts = [int(p) for p in s.split(":")]
             if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] < 1): raise ValueError
-            v = list(range(parts[0], parts[1] + 1, parts[2] if len(parts) == 3 else 1))
+            lo, hi, step = parts[0], parts[1], parts[2] if len(parts) == 3 else 1
+            n = max(0, (hi - lo) // step + 1)              # the range's arithmetic: nothing is built yet
+            top = lo + (n - 1) * step
         else:
             v = [int(x) for x in s.split(",") if x.strip()]
+            n, lo, top = len(v), min(v, default=1), max(v, default=1)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected lengths like 64,128,512 or 41:500:20 (got {s!r})") from None
-    if not v: raise argparse.ArgumentTypeError(f"expected at least one length (got {s!r})")
-    if min(v) < 1: raise argparse.ArgumentTypeError(f"lengths must be ≥ 1 (got {s!r})")
-    return v
+    if not n: raise argparse.ArgumentTypeError(f"expected at least one length (got {s!r})")
+    if lo < 1: raise argparse.ArgumentTypeError(f"lengths must be ≥ 1 (got {s!r})")
+    if n > MAX_LENGTHS:
+        raise argparse.ArgumentTypeError(f"{s!r} asks for {n:,} lengths, more than the {MAX_LENGTHS:,} accepted; "
+                                         f"give a step, e.g. {lo}:{top}:{-(-(top - lo) // (MAX_LENGTHS - 1))}")
+    if top > MAX_LENGTH: raise argparse.ArgumentTypeError(f"the longest length {top:,} exceeds {MAX_LENGTH:,} tokens (got {s!r})")
+    return list(range(lo, top + 1, step)) if ":" in s else v
 
 
 def _names(s: str) -> list[str]:
@@ -207,8 +218,7 @@ def _cmd_eval(a):
         try: v = perplexity(model, test, L, progress=not a.quiet and L >= 2048, **p.kwargs(L, tl))
         except ValueError as e: v = f"error: {_one_line(e)}"
         ppl[L] = v
-        fewer = f", only {used[L]} in the split" if L in short else ""
-        tqdm.write(f"ppl={_fmt(v)} ({p.label(L, tl)}{fewer})" + (f"  {v}" if isinstance(v, str) else ""), file=sys.stdout)
+        tqdm.write(f"ppl={_fmt(v)} ({p.label(L, tl, used[L])})" + (f"  {v}" if isinstance(v, str) else ""), file=sys.stdout)
     if out is not None:
         write_results(out / "eval.json", {"run": str(run), "step": step, "pe": pe, "train_len": tl, "split": a.split,
                                           "protocol": {**asdict(p), "k": p.k_at(tl)}, "windows_used": used, "ppl": ppl,
@@ -326,6 +336,23 @@ def tasks_command(a: argparse.Namespace) -> str:
     return " ".join(parts)
 
 
+def _check_tasks_memory(a, base, known) -> None:
+    "The longest test input fits the randomized positions; training and test batches fit the memory: refused before any training."
+    from lengthx.evaluate import estimate_eval_memory, estimate_train_memory, format_bytes, memory_budget
+    top, budget = max(a.test_lens), memory_budget(None if a.device == "auto" else a.device)
+    for t in a.tasks:
+        T, Tt = top + known[t].output_length(top), a.train_len + known[t].output_length(a.train_len)
+        if not a.no_randomize and T > a.max_pos:
+            raise ValueError(f"--test-lens up to {top} gives {t} inputs of {T} tokens, more than the {a.max_pos} randomized "
+                             "positions; raise --max-pos or shorten --test-lens")
+        cfgs = [replace(base, task=t, pe=pe).model_config() for pe in a.pes]   # a test draws all its strings (int64) at once
+        need = max(max(estimate_eval_memory(c, T) + 24 * a.eval_batch * T, estimate_train_memory(c, Tt, batch=a.batch_size)) for c in cfgs)
+        if need > budget:
+            raise ValueError(f"{t}: training on {a.batch_size} strings of {Tt} tokens or testing {a.eval_batch} of {T} tokens needs an "
+                             f"estimated {format_bytes(need)}, more than the {format_bytes(budget)} budget; lower --batch-size, "
+                             "--eval-batch or --test-lens, or set LENGTHX_MEM_BUDGET")
+
+
 def _cmd_tasks(a):
     from tqdm import tqdm
     from lengthx.attention import expand_specs
@@ -347,6 +374,7 @@ def _cmd_tasks(a):
                      steps=a.steps, batch_size=a.batch_size, lr=a.lr, warmup=a.warmup, eval_batch=a.eval_batch,
                      seed=a.seed, device=a.device)
     for pe in a.pes: check_model_spec(replace(base, pe=pe).model_config())
+    _check_tasks_memory(a, base, known)
     runs, res = {}, None
     lock = exclusive_lock(path.parent / ".lock", f"tasks output {path.parent}") if path else contextlib.nullcontext()
     with lock:

@@ -17,15 +17,17 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .attention import PE, build_pe, pick_path
+from .attention import PE, Positions, WrappedPE, build_pe, pick_path, toeplitz_ok
+from .pe.dape import DAPE, DAPEBiasOnly
+from .pe.window import WindowPE
 from .pe import fused
 
 # %% auto #0
 __all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'PROTOCOL', 'check_protocol_args', 'last_k_windows', 'nonoverlap_windows',
            'sliding_windows', 'protocol_windows', 'window_losses', 'parse_bytes', 'format_bytes', 'available_memory',
            'memory_budget', 'fused_refine_runs', 'fused_weights_run', 'estimate_eval_memory', 'estimate_train_memory',
-           'EvalPlan', 'plan_eval', 'perplexity', 'window_ppl_interval', 'position_losses', 'ppl_curve', 'eval_lengths',
-           'plot_ppl', 'Protocol', 'check_protocol', 'check_lengths']
+           'EvalPlan', 'plan_eval', 'check_tokens', 'perplexity', 'window_ppl_interval', 'position_losses', 'ppl_curve',
+           'eval_lengths', 'plot_ppl', 'Protocol', 'check_protocol', 'check_lengths']
 
 # %% ../nbs/53_evaluate.ipynb #12c3b9d5
 PROTOCOLS = ("last_k", "nonoverlap", "sliding")
@@ -198,35 +200,96 @@ def _estimate_inputs(model_or_cfg, length: int, batch: int, path: str, device, t
     cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
     _int_arg("length", length, 1); _int_arg("batch", batch, 1)
     pe, device = _pe_of(model_or_cfg), torch.device(device or "cpu")
-    if path == "auto":   # pick_path reads the grad mode: a training step has it on, an evaluation keeps the caller's
-        with torch.set_grad_enabled(training or torch.is_grad_enabled()):
+    if path == "auto":   # pick_path reads the grad mode: a training step has it on, an evaluation (no-grad) off
+        with torch.set_grad_enabled(training):
             path = cfg.attn_path if cfg.attn_path != "auto" else pick_path(pe, length, device)
     return cfg, pe, device, path
 
 
+# What a PE's `logits` (and `value`) hooks hold at their peak beyond QKᵀ and the weights: (score maps [B, H, Tq, Tk],
+# bias-sized maps [H, Tq, Tk]), read from the chapters' implementations and checked against measured peaks in
+# tests/test_memory_plan.py; a family not listed: two score maps
+_LOGITS_MAPS = {"cope": (8.0, 0.0), "rerope": (3.5, 0.0), "self_extend": (3.5, 0.0), "shaw": (1.0, 0.0),
+                "kerple_biaswt": (0.0, 1.25)}
+
+
+def _families(pe) -> list[str]:
+    "The family names along a PE's wrapper chain, outermost first (`window:w=64:kerple_log` → window, kerple_log)."
+    return [f.lower() for f in str(getattr(pe, "spec", "")).split(":") if f and "=" not in f]
+
+
+def _bias_maps(pe) -> float:
+    "Bias-sized maps [H, T, T] alive while `pe.bias` builds its result (a window adds its own map to the inner bias)."
+    while isinstance(pe, WrappedPE) and type(pe).bias is WrappedPE.bias: pe = pe.inner   # the PE whose bias runs
+    if isinstance(pe, WindowPE): return 2.5 if pe.inner.uses_bias else 5 / pe.ctx.n_heads
+    return 1.0
+
+
+def _toeplitz_at(pe, length: int, probe: int = 4096) -> bool:
+    "Whether the model lays out `pe`'s bias from 2T−1 offsets at `length` (no T×T tensor), decided on at most `probe` positions."
+    if not pe.uses_bias: return False
+    return toeplitz_ok(pe, Positions.arange(1, min(length, probe))) and (length <= probe or pe.relative_bias)
+
+
+def _refiner(pe):
+    "The PE in `pe`'s wrapper chain whose refine runs."
+    while isinstance(pe, WrappedPE) and type(pe).refine is WrappedPE.refine: pe = pe.inner
+    return pe
+
+
+def _kernel_refines(pe) -> bool:
+    "Whether `pe`'s refine is DAPE's own, the one chapter 43's kernels compute (an ablation's or a replaced refine runs eagerly)."
+    pe = _refiner(pe)
+    return isinstance(pe, DAPE) and type(pe).refine is DAPE.refine and "refine" not in vars(pe)
+
+
+def _one_pass(pe, device) -> bool:
+    "Whether `pe`'s attention weights come from one kernel pass at inference on `device` (chapter 43)."
+    return pe.uses_refine and not pe.uses_logits and _kernel_refines(pe) and fused_weights_run(device)
+
+
+def _score_bytes(pe, path: str, device, B: int, Bb: int, tq: int, T: int) -> float:
+    "Float32 elements one attention call holds at its peak on a materialized path: score maps [B, H, tq, T], and what a hook adds."
+    H = pe.ctx.n_heads
+    if _one_pass(pe, device): return 2.0 * B * H * tq * T                   # one kernel pass: QKᵀ and the weights
+    m, extra = 2.0, 0.0                                                      # the logits and the softmax weights
+    if pe.uses_logits or pe.uses_value:
+        ms, mb = max([_LOGITS_MAPS[f] for f in _families(pe) if f in _LOGITS_MAPS] or [(2.0, 0.0)])
+        m, extra = m + ms, mb * Bb * H * tq * T
+    f = _refiner(pe)
+    if pe.uses_refine and _kernel_refines(pe) and fused_refine_runs(device): m += 1.0   # the kernel writes the refined logits only
+    elif pe.uses_refine and isinstance(f, DAPEBiasOnly):   # f(B): the scores, f's hidden map of `width` channels and its output
+        m = max(m, 1.0 + (f.width + H) * Bb / (B * H))
+    elif pe.uses_refine:   # eager f(S, B): its inputs, hidden maps of `width` channels (CDAPE's convolution: its taps too)
+        m += 1.0 + 2.0 * getattr(f, "width", 32) / H
+    return m * B * H * tq * T + extra
+
+
 def estimate_eval_memory(model_or_cfg, length: int, *, batch: int = 1, path: str = "auto", device=None,
                          block: int = 256) -> int:
-    "Estimated peak bytes of one no-grad forward of `batch` windows of `length` on attention `path` (float32)."
+    "Estimated peak bytes of one no-grad forward and its token losses, `batch` windows of `length` on attention `path` (float32)."
     cfg, pe, device, path = _estimate_inputs(model_or_cfg, length, batch, path, device, training=False)
-    B, T, H, d, V = batch, length, cfg.n_head, cfg.d_model, cfg.vocab_size
-    weights = (12 * cfg.n_layer * d * d + 2 * V * d) * _F32
-    logits = 3 * B * T * V * _F32
-    acts = B * T * d * (2 * cfg.mlp_ratio + 10) * _F32
+    B, T, H, d, V, r = batch, length, cfg.n_head, cfg.d_model, cfg.vocab_size, cfg.mlp_ratio
+    Bb = B if "bipe" in _families(pe) else 1               # BiPE's bias reads each row's segments: one per row
+    weights = _n_params(cfg, pe)
+    head = 3 * B * T * V + B * T * d                         # logits, their log-softmax, the losses' copy; the last LN
+    mlp = (2 * r + 3) * B * T * d                            # the residual, LN, hidden, GELU, output
+    attn = 8 * B * T * d                                     # the residual, LN, q k v, rotated q k, output
+    shared = build = scores = 0.0                            # a bias or mask built once per forward; one layer's maps
     if path in ("naive", "chunked"):
         tq = T if path == "naive" else min(block, T)
-        n = B * H * tq * T
-        scores = 3 * n + (H * tq * T if pe.uses_bias else 0) + tq * T
-        if pe.uses_logits: scores += 2 * n
-        if pe.uses_refine and not pe.uses_logits and fused_weights_run(device):
-            # one kernel pass (chapter 43): QKᵀ and the weights only; a chunked block reads a relative bias from its row
-            scores = 2 * n + tq * T + (H * tq * T if pe.uses_bias and (path == "naive" or not pe.relative_bias) else 0)
-        elif pe.uses_refine:   # the refine kernel (chapter 43) writes only the refined logits; the eager form f's maps too
-            scores += B * tq * T * (H if fused_refine_runs(device) else 4 * H + 3 * getattr(pe, "width", 32))
-    elif path == "sdpa":
-        scores = (2 * H * T * T + B * H * T * T) if pe.uses_bias and not pe.relative_bias else 2 * H * T if pe.uses_bias else 0
-    else:  # flex: nothing T×T unless the PE's score_mod indexes a materialized bias
-        scores = H * T * T if pe.uses_bias and type(pe).score_mod is PE.score_mod else 0
-    return int(weights + logits + acts + scores * _F32)
+        scores = _score_bytes(pe, path, device, B, Bb, tq, T) + tq * T / _F32   # the maps and the boolean causal mask
+        if pe.uses_bias and not (_one_pass(pe, device) and path == "chunked" and _toeplitz_at(pe, T)):
+            one = Bb * H * tq * T
+            if path == "naive" and not pe.bias_per_layer: shared, build = one, max(_bias_maps(pe), 2.0) * one
+            else: scores += _bias_maps(pe) * one
+    elif path == "sdpa" and pe.uses_bias and not _toeplitz_at(pe, T):   # a [H, T, T] float mask, the causal −inf folded in
+        one = Bb * H * T * T                                  # (the kernel reads it block by block, materializing nothing T×T)
+        shared, build = one, max(_bias_maps(pe), 2.0) * one   # the bias, then the bias and its masked copy
+    elif path == "flex" and pe.uses_bias and type(pe).score_mod is PE.score_mod:   # the score_mod indexes a materialized bias
+        shared = build = H * T * T
+    peak = max(head, build, mlp + shared, attn + shared + scores)
+    return int((weights + peak) * _F32)
 
 
 def _n_params(cfg, pe) -> int:
@@ -244,9 +307,13 @@ def estimate_train_memory(model_or_cfg, length: int, *, batch: int = 1, path: st
     forward = estimate_eval_memory(model_or_cfg, length, batch=batch, path=path, device=device, block=block)
     optimizer = 3 * _n_params(cfg, pe) * _F32                      # a gradient and two moments per parameter
     kept = B * T * d * (2 * cfg.mlp_ratio + 10)                     # per layer: LN in/out ×2, q k v, rotated q k, out, MLP ×2
-    if path == "naive":
-        kept += B * H * T * T * (3 if pe.uses_logits else 2)         # scores and probabilities
-        if pe.uses_refine: kept += B * T * T * (4 * H + 3 * getattr(pe, "width", 32))   # the refiner's input and hidden
+    if path == "naive":   # scores and probabilities, and what a logits hook builds (CoPE's gates and counts, ...)
+        ms = max([_LOGITS_MAPS[f][0] for f in _families(pe) if f in _LOGITS_MAPS] or [1.0]) if pe.uses_logits else 0.0
+        kept += B * H * T * T * (2 + ms)
+        if pe.uses_refine and not (_kernel_refines(pe) and fused_refine_runs(device)):   # the kernel keeps no more
+            kept += B * T * T * (4 * H + 3 * getattr(_refiner(pe), "width", 32))   # eager f: its input and hidden maps
+    elif path == "sdpa" and pe.uses_bias and any(p.requires_grad for p in pe.parameters()):
+        kept += 1.5 * B * H * T * T                                  # a learned bias's mask under autograd: T×T maps kept
     else: kept += B * H * T                                          # chunked recomputes; fused kernels keep a logsumexp
     logits_grad = 2 * B * T * V * _F32
     return int(forward + optimizer + cfg.n_layer * kept * _F32 + logits_grad)
@@ -277,7 +344,8 @@ def plan_eval(model, length: int, *, batch: int = 1, budget: Optional[int] = Non
     dev = torch.device(device) if device is not None else _device_of(model)
     explicit = budget is not None or bool(os.environ.get("LENGTHX_MEM_BUDGET"))
     budget = memory_budget(dev) if budget is None else budget
-    default = cfg.attn_path if cfg.attn_path != "auto" else pick_path(model.pe, length, dev)
+    with torch.no_grad():   # the path an evaluation's forward takes (window_losses runs without gradients)
+        default = cfg.attn_path if cfg.attn_path != "auto" else pick_path(model.pe, length, dev)
     soft = explicit or dev.type != "cpu" or budget <= CPU_EVAL_MEM
     for cap in [budget] if soft else [CPU_EVAL_MEM, budget]:   # CPU: the small cap first, the free memory if nothing fits it
         tried = []
@@ -293,11 +361,26 @@ def plan_eval(model, length: int, *, batch: int = 1, budget: Optional[int] = Non
                      f"the memory budget of {format_bytes(budget)}; use a shorter length or set LENGTHX_MEM_BUDGET")
 
 # %% ../nbs/53_evaluate.ipynb #0ee6a348
+def check_tokens(tokens, model=None) -> None:
+    "A 1-D tensor of integer token ids, each inside the model's vocabulary when it declares one; else a one-line ValueError."
+    if not isinstance(tokens, Tensor): raise ValueError(f"tokens must be a 1-D tensor of integer token ids, got {type(tokens).__name__}")
+    if tokens.dim() != 1: raise ValueError(f"tokens must be a 1-D tensor of token ids (one stream), got shape {tuple(tokens.shape)}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise ValueError(f"tokens must hold integer token ids, got dtype {tokens.dtype} (a float or bool id would be truncated silently)")
+    if tokens.numel() == 0: return
+    vocab = getattr(getattr(model, "cfg", None), "vocab_size", None)
+    lo, hi = (int(v) for v in torch.aminmax(tokens))
+    if lo < 0 or (vocab is not None and hi >= vocab):
+        top = f"0..{vocab - 1} (the model's vocab_size={vocab})" if vocab is not None else ">= 0"
+        raise ValueError(f"token ids must be in {top}, got ids in {lo}..{hi}")
+
+
 def perplexity(model: Callable, tokens: Tensor, length: int, *, protocol: str = "last_k", k: int = 256,
                stride: Optional[int] = None, n_windows: int = 16, max_tokens: Optional[int] = None,
                tokens_per_batch: int = 8192, progress: bool = False, mem_budget: Optional[int] = None,
                return_plan: bool = False, anchor: Optional[int] = None, interval: Optional[float] = None):
     "Perplexity of `model` on `tokens` at `length` under `protocol`; with `interval`, also its bootstrap interval over windows."
+    check_tokens(tokens, model)
     wins = protocol_windows(protocol, len(tokens), length, k=k, stride=stride, n_windows=n_windows, max_tokens=max_tokens,
                             anchor=anchor)
     plan = plan_eval(model, length, batch=max(1, min(len(wins), tokens_per_batch // length)), budget=mem_budget)
@@ -324,6 +407,7 @@ def window_ppl_interval(nll: Tensor, keep: Tensor, level: float = 0.9, n_boot: i
 def position_losses(model: Callable, tokens: Tensor, length: int, *, n_windows: int = 16,
                     tokens_per_batch: int = 8192) -> Tensor:
     "Mean loss [length] at each position of a window (evenly spaced windows), in nats."
+    check_tokens(tokens, model)
     wins = last_k_windows(len(tokens), length, k=length, n_windows=n_windows)
     plan = plan_eval(model, length, batch=max(1, min(len(wins), tokens_per_batch // length)))
     return window_losses(model, tokens, wins, length, batch=plan.batch, path=plan.path).mean(0)
@@ -387,13 +471,16 @@ class Protocol:
         return dict(protocol=self.protocol, k=self.k_at(train_len), stride=self.stride, n_windows=self.n_windows,
                     max_tokens=self.n_windows * length, anchor=self.anchor_at(length, train_len))
 
-    def label(self, length: int, train_len: int) -> str:
-        "The settings a perplexity depends on, printed beside every number."
+    def label(self, length: int, train_len: int, windows: Optional[int] = None) -> str:
+        "The settings a perplexity depends on, printed beside every number; `windows`: how many were scored (fewer than asked: both)."
+        n = f"{self.n_windows} windows" if windows is None else f"{windows} windows" if windows >= self.n_windows else \
+            f"{windows} of {self.n_windows} windows"
         if self.protocol == "last_k":
             a = self.anchor_at(length, train_len)
-            how = f"k={self.k_at(train_len)}, {self.n_windows} windows" + (f", anchored at {a}" if a else "")
-        elif self.protocol == "sliding": how = f"stride={self.stride or max(1, length // 2)}, {self.n_windows}·L tokens"
-        else: how = f"{self.n_windows} windows"
+            how = f"k={self.k_at(train_len)}, {n}" + (f", anchored at {a}" if a else "")
+        elif self.protocol == "sliding":
+            how = f"stride={self.stride or max(1, length // 2)}, " + (f"{self.n_windows}·L tokens" if windows is None else f"{windows} windows")
+        else: how = n
         return f"{self.protocol}, {how}, L={length}"
 
 

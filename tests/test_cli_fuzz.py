@@ -310,7 +310,15 @@ def test_eval_records_the_windows_it_scored(tmp_path, capsys):
     res = json.loads((tmp_path / "ev" / "eval.json").read_text())
     used = {int(L): n for L, n in res["windows_used"].items()}
     assert set(used) == {16, 32} and all(1 <= n < 100000 for n in used.values()) and used[16] > used[32]
-    assert "fewer windows than --n-windows 100000" in cap.err and f"only {used[32]} in the split" in cap.out
+    assert "fewer windows than --n-windows 100000" in cap.err
+    for L, n in used.items(): assert f"k=8, {n} of 100000 windows, L={L})" in cap.out, cap.out   # what was scored
+    # nonoverlap: the printed count is the windows scored, as eval.json has it (it printed the asked-for 100000)
+    assert main(["eval", "--run", str(run), "--corpus", str(corpus), "--lengths", "16,32", "--protocol", "nonoverlap",
+                 "--n-windows", "100000", "--out", str(tmp_path / "ev2"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    used = json.loads((tmp_path / "ev2" / "eval.json").read_text())["windows_used"]
+    for L, n in used.items(): assert f"nonoverlap, {n} of 100000 windows, L={L})" in out, out
+    assert "nonoverlap, 100000 windows" not in out
 
 
 def test_bench_attention_warms_up_and_reports_median_and_spread():

@@ -162,9 +162,10 @@ def test_small_budget_forces_chunked_with_equal_results(alibi_model, capsys):
     assert plan.path == "chunked" and plan.batch == 1 and plan.switched and plan.estimate <= budget
     assert abs(got - ref) < 1e-4 * ref
     assert "path 'chunked'" in capsys.readouterr().err
-    # a budget between: same path, fewer windows per forward
-    mid = estimate_eval_memory(alibi_model, 1024, path="sdpa", batch=2)
-    plan = plan_eval(alibi_model, 1024, batch=8, budget=mid)
+    # a budget between: same path, fewer windows per forward (a model whose peak grows with the windows: flash sdpa)
+    nope = GPT(GPTConfig(n_layer=2, n_head=4, d_model=32, pe="nope", max_len=64)).eval()
+    mid = estimate_eval_memory(nope, 1024, path="sdpa", batch=2)
+    plan = plan_eval(nope, 1024, batch=8, budget=mid)
     assert plan.path == "sdpa" and plan.batch == 2
 
 

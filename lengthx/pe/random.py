@@ -26,10 +26,21 @@ def randomized_positions(length: int, max_len: int, generator: Optional[torch.Ge
     return torch.randperm(max_len, generator=generator)[:length].sort().values
 
 # %% ../../nbs/23_randomized.ipynb #df6f3c01
+def _randomizes(pe: PE) -> bool:
+    "True when `pe`, or a PE it wraps, is a `RandomizedPE`."
+    while isinstance(pe, WrappedPE):
+        if isinstance(pe, RandomizedPE): return True
+        pe = pe.inner
+    return False
+
+
 class RandomizedPE(WrappedPE):
     "Randomized positional encoding (Ruoss et al., 2023): in training, sorted random positions from range(max_len)."
     def __init__(self, ctx: PEContext, inner: PE, max_len: Optional[int] = None, eval_random: bool = False):
         super().__init__(ctx, inner)
+        if _randomizes(inner):
+            raise ValueError(f"randomized cannot wrap {inner.spec!r}: it already draws random positions, and the outer "
+                             "draw would replace it (write one randomized with the max_len you want)")
         self.max_len = int(max_len or 4 * ctx.max_len)
         self.eval_random = bool(eval_random)
 
