@@ -218,11 +218,22 @@ def _families(pe) -> list[str]:
     return [f.lower() for f in str(getattr(pe, "spec", "")).split(":") if f and "=" not in f]
 
 
+# families whose bias is built from each row's positions ([B, T, T], not one map shared by the batch), and the
+# bias-sized maps alive while it is built and added (a boolean test, its float copy, the sum): measured, tests/test_memory_plan.py
+_ROW_BIAS = {"bipe": None, "chunk": 1.2, "streaming": 1.2}
+
+
 def _bias_maps(pe) -> float:
     "Bias-sized maps [H, T, T] alive while `pe.bias` builds its result (a window adds its own map to the inner bias)."
     while isinstance(pe, WrappedPE) and type(pe).bias is WrappedPE.bias: pe = pe.inner   # the PE whose bias runs
     if isinstance(pe, WindowPE): return 2.5 if pe.inner.uses_bias else 5 / pe.ctx.n_heads
     return 1.0
+
+
+def _bias_build(pe) -> float:
+    "Bias-sized maps alive while the shared bias (or mask) of a forward is built: the bias, then its masked copy."
+    row = [_ROW_BIAS[f] for f in _families(pe) if _ROW_BIAS.get(f)]
+    return row[0] if row else max(_bias_maps(pe), 2.0)
 
 
 def _toeplitz_at(pe, length: int, probe: int = 4096) -> bool:
@@ -270,22 +281,25 @@ def estimate_eval_memory(model_or_cfg, length: int, *, batch: int = 1, path: str
     "Estimated peak bytes of one no-grad forward and its token losses, `batch` windows of `length` on attention `path` (float32)."
     cfg, pe, device, path = _estimate_inputs(model_or_cfg, length, batch, path, device, training=False)
     B, T, H, d, V, r = batch, length, cfg.n_head, cfg.d_model, cfg.vocab_size, cfg.mlp_ratio
-    Bb = B if "bipe" in _families(pe) else 1               # BiPE's bias reads each row's segments: one per row
+    Bb = B if _ROW_BIAS.keys() & set(_families(pe)) else 1   # a bias read from each row's positions: one per row
     weights = _n_params(cfg, pe)
     head = 3 * B * T * V + B * T * d                         # logits, their log-softmax, the losses' copy; the last LN
     mlp = (2 * r + 3) * B * T * d                            # the residual, LN, hidden, GELU, output
     attn = 8 * B * T * d                                     # the residual, LN, q k v, rotated q k, output
     shared = build = scores = 0.0                            # a bias or mask built once per forward; one layer's maps
-    if path in ("naive", "chunked"):
+    if path in ("sdpa", "chunked") and pe.uses_attend:   # attention in parts (chapter 01): flash blocks hold no score map,
+        tq = min(block, T)                                # only a bias read for one query block's band of keys
+        scores = 2.0 * float(pe.uses_bias) * Bb * H * tq * min(T, 2 * tq)   # the band's bias and its masked copy
+    elif path in ("naive", "chunked"):
         tq = T if path == "naive" else min(block, T)
         scores = _score_bytes(pe, path, device, B, Bb, tq, T) + tq * T / _F32   # the maps and the boolean causal mask
         if pe.uses_bias and not (_one_pass(pe, device) and path == "chunked" and _toeplitz_at(pe, T)):
             one = Bb * H * tq * T
-            if path == "naive" and not pe.bias_per_layer: shared, build = one, max(_bias_maps(pe), 2.0) * one
+            if path == "naive" and not pe.bias_per_layer: shared, build = one, _bias_build(pe) * one
             else: scores += _bias_maps(pe) * one
     elif path == "sdpa" and pe.uses_bias and not _toeplitz_at(pe, T):   # a [H, T, T] float mask, the causal −inf folded in
         one = Bb * H * T * T                                  # (the kernel reads it block by block, materializing nothing T×T)
-        shared, build = one, max(_bias_maps(pe), 2.0) * one   # the bias, then the bias and its masked copy
+        shared, build = one, _bias_build(pe) * one            # the bias, then the bias and its masked copy
     elif path == "flex" and pe.uses_bias and type(pe).score_mod is PE.score_mod:   # the score_mod indexes a materialized bias
         shared = build = H * T * T
     peak = max(head, build, mlp + shared, attn + shared + scores)
