@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import importlib.util
+import inspect
 import io
 import math
 import os
 import random
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,13 +34,13 @@ from .evaluate import format_bytes, protocol_windows
 from .pe.rotary import RoPE
 
 # %% auto #0
-__all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'PASSKEY_INTRO', 'PASSKEY_FILLER', 'PASSKEY_QUESTION',
-           'PRETRAINED_SETTINGS', 'require_transformers', 'weights_location', 'load_pretrained', 'RotaryFacts',
-           'rotary_facts', 'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens', 'scored_losses', 'lm_perplexity',
-           'model_spec', 'rotary_pe', 'half_to_interleaved', 'lengthx_attention', 'IdentityRotary', 'Extension',
-           'extend', 'hf_rope_parameters', 'hf_twin', 'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial',
-           'greedy_answer', 'passkey_grid', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid',
-           'finetune', 'grid_curves']
+__all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'GLOBAL_LAYERS', 'PASSKEY_INTRO', 'PASSKEY_FILLER',
+           'PASSKEY_QUESTION', 'PRETRAINED_SETTINGS', 'require_transformers', 'weights_location', 'load_pretrained',
+           'RotaryFacts', 'rotary_facts', 'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens', 'scored_losses',
+           'lm_perplexity', 'model_spec', 'rotary_pe', 'half_to_interleaved', 'rotary_layout', 'LayerPE',
+           'lengthx_attention', 'IdentityRotary', 'Extension', 'extend', 'hf_rope_parameters', 'hf_twin',
+           'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer', 'passkey_grid', 'ppl_row',
+           'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid', 'finetune', 'grid_curves']
 
 # %% ../nbs/13_pretrained.ipynb #2e54b631
 SMOLLM2 = "smollm2-135m"
@@ -102,33 +105,51 @@ class RotaryFacts:
     original_max_len: int
 
 
+GLOBAL_LAYERS = "full_attention"   # with one rotary per layer type (Gemma 3), the type whose rotary a spec changes
+
+
 def _text_config(model):
     cfg = model.config
     return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
 
 
-def rotary_facts(model) -> RotaryFacts:
-    "The rotary facts of `model`, or a one-line ValueError when it has no rotary position embedding."
-    cfg = _text_config(model)
+def _per_layer_type(cfg) -> bool:
+    "True when the config holds one set of rope parameters per layer type (Gemma 3: local and global layers)."
     rp = getattr(cfg, "rope_parameters", None) or {}
+    return bool(rp) and all(isinstance(v, dict) or v is None for v in rp.values())
+
+
+def _rope_params(cfg, layer_type: Optional[str] = None) -> dict:
+    "The rope parameters of the model, or of `layer_type` (default: the global layers) when it has one set per type."
+    rp = getattr(cfg, "rope_parameters", None) or {}
+    return (rp.get(layer_type or GLOBAL_LAYERS) or {}) if _per_layer_type(cfg) else rp
+
+
+def rotary_facts(model, layer_type: Optional[str] = None) -> RotaryFacts:
+    "The rotary facts of `model` (of its global layers when rotaries differ per layer type), or a one-line ValueError without RoPE."
+    cfg = _text_config(model)
+    rp = _rope_params(cfg, layer_type)
     if "rope_theta" not in rp or _rotary_module(model) is None:
         raise ValueError(f"{type(model).__name__} has no rotary position embedding (no rope_theta in its config, or no "
                          "rotary_emb module): extend applies only to RoPE models")
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     rot = int(head_dim * rp.get("partial_rotary_factor", 1.0))
-    orig = rp.get("original_max_position_embeddings") or cfg.max_position_embeddings
+    orig = (rp.get("original_max_position_embeddings") or getattr(cfg, "original_max_position_embeddings", None)
+            or cfg.max_position_embeddings)   # Phi-3 keeps its trained length in the config itself
     return RotaryFacts(float(rp["rope_theta"]), head_dim, rot, cfg.num_attention_heads,
                        getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads, int(orig))
 
 
 def _rotary_module(model) -> Optional[nn.Module]:
-    "The model's shared rotary embedding module (`...rotary_emb`), or None."
-    return next((m for n, m in model.named_modules() if n.endswith("rotary_emb") and hasattr(m, "inv_freq")), None)
+    "The model's shared rotary embedding module (`...rotary_emb`, holding `inv_freq` or one `<type>_inv_freq` per layer type), or None."
+    return next((m for n, m in model.named_modules() if n.endswith("rotary_emb")
+                 and any(b.endswith("inv_freq") for b, _ in m.named_buffers(recurse=False))), None)
 
 
 def _attention_modules(model) -> list[nn.Module]:
-    "The self-attention modules (those with q_proj and k_proj and a head dimension)."
-    return [m for m in model.modules() if hasattr(m, "q_proj") and hasattr(m, "k_proj") and hasattr(m, "head_dim")]
+    "The self-attention modules: those that call Hugging Face's attention interface (a layer index and a config), fused QKV or not."
+    return [m for m in model.modules() if type(m).__name__.endswith("Attention") and hasattr(m, "layer_idx")
+            and hasattr(m, "config")]
 
 # %% ../nbs/13_pretrained.ipynb #e785b932
 class CausalLM(nn.Module):
@@ -274,38 +295,115 @@ def _attend_cached(q: Tensor, k: Tensor, v: Tensor, pe: RoPE, block: int = 256) 
     return torch.cat(outs, dim=2)
 
 
+def _probe(apply, cos: Tensor, sin: Tensor, D: int) -> tuple[Tensor, Tensor, Tensor]:
+    "The model's rotation of each unit vector e_i (i < D) for cos = 1, sin = 0; a quarter turn; and position 1's angles."
+    units = torch.eye(D)[None, None]                       # [1, 1, D, D]: token i is the unit vector e_i
+    cos, sin = cos[:, :1].expand(1, D, cos.shape[-1]), sin[:, :1].expand(1, D, sin.shape[-1])
+    run = lambda c, s: apply(units, units, c, s)[0][0, 0].float()
+    return run(torch.ones_like(cos), torch.zeros_like(sin)), run(torch.zeros_like(cos), torch.ones_like(sin)), run(cos, sin)
+
+
+def rotary_layout(attn: nn.Module, rotary: nn.Module, head_dim: int, layer_type: Optional[str] = None) -> tuple[Tensor, int]:
+    "(permutation of head dimensions into lengthx's layout: pairs (2i, 2i+1) fastest first, then the unrotated; rotated count), read off the model's own `apply_rotary_pos_emb`."
+    name, where = type(attn).__name__, type(attn).__module__
+    apply = getattr(sys.modules.get(where), "apply_rotary_pos_emb", None)
+    if apply is None: raise ValueError(f"extend cannot read {name}'s rotary layout: {where} has no apply_rotary_pos_emb")
+    with torch.no_grad():
+        cos, sin = rotary(torch.zeros(1, 1, 1), torch.ones(1, 1, dtype=torch.long), *([layer_type] if layer_type else []))
+        cos, sin = cos.float(), sin.float()               # position 1: pair i turns by its own frequency θ_i
+        try: same, turn, real = _probe(apply, cos, sin, head_dim)
+        except RuntimeError:   # the module slices the rotated part itself (StableLM): probe that part, the rest passes
+            same, turn, real = _probe(apply, cos, sin, cos.shape[-1])
+    D, eye = head_dim, torch.eye(head_dim)
+    if not torch.allclose(same, eye[:len(same), :len(same)], atol=1e-6):
+        raise ValueError(f"{name}'s rotary is not a rotation of pairs by cos and sin (cos = 1, sin = 0 changes q): extend cannot apply it")
+    passing = [i for i in range(len(same)) if torch.allclose(turn[i], eye[i, :len(same)], atol=1e-6)] + list(range(len(same), D))
+    pairs = [(i, int(turn[i].argmax())) for i in range(D) if i not in passing and turn[i].max() > 0.5]   # e_i -> +e_j
+    if sorted([d for p in pairs for d in p] + passing) != list(range(D)) or any(turn[j, i] > -0.5 for i, j in pairs):
+        raise ValueError(f"{name}'s rotary does not rotate disjoint pairs of head dimensions: extend cannot apply it")
+    pairs.sort(key=lambda p: -math.atan2(real[p[0], p[1]], real[p[0], p[0]]))   # lengthx's pair f has the f-th largest θ
+    return torch.tensor([d for p in pairs for d in p] + passing), 2 * len(pairs)
+
+
+@dataclass
+class LayerPE:
+    "What `extend` gives one attention module: lengthx's PE (None: the model's own rotation, or none, is kept) and the layout permutation."
+    pe: Optional[RoPE]
+    perm: Optional[Tensor]
+    nope: object
+
+
+def _positions(kwargs: dict, B: int, Tq: int, Tk: int, device) -> tuple[Tensor, Tensor]:
+    "Query positions (the model's `position_ids`) and key positions (consecutive, ending at the last query's: a cache's keys)."
+    pid = kwargs.get("position_ids")
+    pq = torch.arange(Tk - Tq, Tk, device=device).expand(B, Tq) if pid is None else pid.to(device).expand(B, Tq)
+    pk = pq if Tq == Tk else pq[:, -1:] - torch.arange(Tk - 1, -1, -1, device=device)
+    return pq, pk.clamp_min(0)   # keys before position 0 are left padding, masked by the model's mask
+
+
+def _attend_masked(q: Tensor, k: Tensor, v: Tensor, pe, pq: Tensor, pk: Tensor, mask: Optional[Tensor], scale: float,
+                   softcap: Optional[float], window: Optional[int], causal: bool, block: int = 256) -> Tensor:
+    "Blocks of queries: lengthx's rotation and logits, then the model's soft-capping and mask (4-D bool or additive; else causal and window), softmax."
+    Pq, Pk = Positions(pq), Positions(pk)
+    if pe.uses_rotate: q, k = pe.rotate(q, q, Pq)[0], pe.rotate(k, k, Pk)[1]
+    neg, outs = torch.finfo(torch.float32).min, []   # a finite floor: a fully masked (padding) row stays finite, as in HF's eager path
+    for s in range(0, q.shape[2], block):
+        e = min(s + block, q.shape[2])
+        scores = pe.logits(q[:, :, s:e], k, Pq[s:e], Pk, scale).float()
+        if softcap: scores = torch.tanh(scores / softcap) * softcap
+        if mask is not None:
+            m = mask[..., s:e, :k.shape[2]]
+            scores = scores.masked_fill(~m, neg) if m.dtype == torch.bool else scores + m.float()
+        else:
+            rel = (pq[:, s:e, None] - pk[:, None, :])[:, None]   # [B, 1, q, k]: query minus key position
+            keep = rel >= 0 if causal else torch.ones_like(rel, dtype=torch.bool)
+            if window: keep = keep & (rel < window)
+            scores = scores.masked_fill(~keep, neg)
+        outs.append(scores.softmax(-1).to(v.dtype) @ v)
+    return torch.cat(outs, dim=2)
+
+
 def lengthx_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask, scaling: float,
                       dropout: float = 0.0, **kwargs):
-    "A Hugging Face attention function: the layout changed to lengthx's, then lengthx's PE and attention paths."
-    pe, rot_dim = module._lengthx_pe, module._lengthx_rot_dim
-    if not math.isclose(scaling, query.shape[-1] ** -0.5, rel_tol=1e-6):
-        raise ValueError(f"lengthx attention scales logits by 1/sqrt(head_dim); this model uses {scaling}")
-    H = query.shape[1]
-    q = half_to_interleaved(query, rot_dim)
-    k = half_to_interleaved(_repeat_kv(key, H), rot_dim)
-    v = _repeat_kv(value, H)
-    if q.shape[2] == k.shape[2]:
-        out = attention(q, k, v, pe, Positions.arange(q.shape[0], q.shape[2], q.device), causal=True)
+    "A Hugging Face attention function: lengthx's layout, rotation and logits, with the model's mask, window, soft-cap and scale."
+    lp: Optional[LayerPE] = getattr(module, "_lengthx", None)
+    if lp is None: raise ValueError(f"{type(module).__name__} was not prepared by extend; restore the model and extend it again")
+    if dropout: raise ValueError(f"lengthx attention has no attention dropout (got {dropout}); use model.eval() or attention_dropout=0")
+    if kwargs.get("s_aux") is not None: raise ValueError("lengthx attention does not model attention sinks (s_aux)")
+    B, H, Tq, Dh = query.shape
+    Tk = key.shape[2]
+    q, k, v = query, _repeat_kv(key, H), _repeat_kv(value, H)
+    if lp.perm is not None:
+        perm = lp.perm.to(q.device)
+        q, k = q[..., perm], k[..., perm]
+    pq, pk = _positions(kwargs, B, Tq, Tk, q.device)
+    pe, softcap, window = lp.pe or lp.nope, kwargs.get("softcap"), kwargs.get("sliding_window")
+    causal = getattr(module, "is_causal", True)
+    if attention_mask is None and not softcap and Tq == Tk and not (window and Tk > window):   # lengthx's own paths
+        out = attention(q * (scaling * math.sqrt(Dh)), k, v, pe, Positions(pq), causal=causal)
     else:
-        out = _attend_cached(q, k, v, pe)
+        out = _attend_masked(q, k, v, pe, pq, pk, attention_mask, scaling, softcap, window, causal)
     return out.transpose(1, 2).contiguous(), None
 
 
 class IdentityRotary(nn.Module):
-    "Stands in for the model's rotary embedding: cos = 1, sin = 0, so Hugging Face rotates nothing and lengthx rotates."
-    def __init__(self, inner: nn.Module):
+    "Stands in for the model's rotary embedding: cos = 1, sin = 0, so Hugging Face rotates nothing and lengthx rotates; layer types in `keep` keep theirs."
+    def __init__(self, inner: nn.Module, keep: Sequence[str] = ()):
         super().__init__()
-        self.inner = inner   # kept so that restoring is a plain swap back
+        self.inner, self.keep = inner, tuple(keep)   # inner kept so that restoring is a plain swap back
 
     def forward(self, x: Tensor, position_ids: Tensor, *args, **kwargs):
-        shape = (*position_ids.shape, self.inner.inv_freq.shape[0] * 2)
-        one = torch.ones((), dtype=x.dtype, device=x.device)
-        return one.expand(shape), torch.zeros((), dtype=x.dtype, device=x.device).expand(shape)
+        cos, sin = self.inner(x, position_ids, *args, **kwargs)
+        if (args[0] if args else kwargs.get("layer_type")) in self.keep: return cos, sin
+        return torch.ones_like(cos), torch.zeros_like(sin)
 
 
 def _register_attention() -> None:
+    "Register lengthx's attention function, and Hugging Face's SDPA mask builder for it (None when causal alone suffices)."
     tf = require_transformers()
+    from transformers.masking_utils import sdpa_mask
     tf.AttentionInterface.register("lengthx", lengthx_attention)
+    tf.AttentionMaskInterface.register("lengthx", sdpa_mask)
 
 # %% ../nbs/13_pretrained.ipynb #f1a89d4a
 class Extension(contextlib.AbstractContextManager):
@@ -329,25 +427,61 @@ def _set_attn(model, impl: str):
     for c in {id(c): c for c in [model.config, _text_config(model)]}.values(): c._attn_implementation = impl
 
 
+def _uses_attention_interface(attn: nn.Module) -> bool:
+    "Whether the module's forward calls Hugging Face's attention interface (else a registered attention function is never called)."
+    try: return "ALL_ATTENTION_FUNCTIONS" in inspect.getsource(type(attn).forward)
+    except (OSError, TypeError): return bool(getattr(type(attn), "_supports_attention_backend", False))
+
+
+def _layer_plan(model, facts: RotaryFacts, pe: RoPE) -> list[tuple[nn.Module, LayerPE]]:
+    "Each attention module with what it gets, every check done first: a model extend cannot honour is refused here, unchanged."
+    name, cfg = type(model).__name__, _text_config(model)
+    mods, rotary = _attention_modules(model), _rotary_module(model)
+    if not mods: raise ValueError(f"{name} has no attention module that extend recognizes (a layer index and a config)")
+    if not all(_uses_attention_interface(m) for m in mods):
+        raise ValueError(f"{name} computes attention in its own code, not through Hugging Face's attention interface: "
+                         "extend cannot apply a spec to it")
+    nope, plan = build_pe("nope", n_heads=facts.n_heads, head_dim=facts.head_dim), []
+    for m in mods:
+        if getattr(m, "sinks", None) is not None:
+            raise ValueError(f"{type(m).__name__} adds learned attention sinks, which lengthx attention does not model")
+        layer_type = getattr(m, "layer_type", None) if _per_layer_type(cfg) else None
+        rotates = bool(getattr(m, "use_rope", True)) and layer_type in (None, GLOBAL_LAYERS)   # SmolLM3's NoPE layers: no
+        perm, rot = rotary_layout(m, rotary, facts.head_dim, layer_type) if rotates else (None, facts.rot_dim)
+        if rot != facts.rot_dim:
+            raise ValueError(f"{type(m).__name__} rotates {rot} of {facts.head_dim} dimensions per head, its config says "
+                             f"{facts.rot_dim}: extend cannot match it")
+        plan.append((m, LayerPE(pe if rotates else None, perm, nope)))
+    return plan
+
+
 def extend(model, spec: str) -> Extension:
     "Apply lengthx's rotary spec (frequencies, attention factor, length-dependent or clipped attention) to a HF RoPE model."
     if getattr(model, "_lengthx_extension", None) is not None:
         raise ValueError(f"model is already extended with {model._lengthx_extension.spec!r}; restore it first")
     facts = rotary_facts(model)
     pe = rotary_pe(spec, facts)
+    plan = _layer_plan(model, facts, pe)
+    cfg = _text_config(model)
+    keep = [t for t in (cfg.rope_parameters if _per_layer_type(cfg) else ()) if t != GLOBAL_LAYERS]   # local layers keep theirs
     _register_attention()
     undo = []
-    owner_name, _, attr = next(n for n, m in model.named_modules() if m is _rotary_module(model)).rpartition(".")
-    owner = model.get_submodule(owner_name)
-    old_rotary, old_impl = getattr(owner, attr), _text_config(model)._attn_implementation
-    setattr(owner, attr, IdentityRotary(old_rotary)); undo.append(lambda: setattr(owner, attr, old_rotary))
-    _set_attn(model, "lengthx"); undo.append(lambda: _set_attn(model, old_impl))
-    for m in _attention_modules(model):
-        m._lengthx_pe, m._lengthx_rot_dim = pe, facts.rot_dim
-        undo.append(lambda m=m: (delattr(m, "_lengthx_pe"), delattr(m, "_lengthx_rot_dim")))
     ext = Extension(model, spec, pe, undo)
-    model._lengthx_extension = ext
-    undo.insert(0, lambda: setattr(model, "_lengthx_extension", None))
+    try:
+        rotary = _rotary_module(model)
+        owner_name, _, attr = next(n for n, m in model.named_modules() if m is rotary).rpartition(".")
+        owner = model.get_submodule(owner_name)
+        old_impl = cfg._attn_implementation
+        setattr(owner, attr, IdentityRotary(rotary, keep)); undo.append(lambda: setattr(owner, attr, rotary))
+        _set_attn(model, "lengthx"); undo.append(lambda: _set_attn(model, old_impl))
+        for m, lp in plan:
+            m._lengthx = lp
+            undo.append(lambda m=m: delattr(m, "_lengthx"))
+        model._lengthx_extension = ext
+        undo.append(lambda: setattr(model, "_lengthx_extension", None))
+    except BaseException:
+        ext.restore()
+        raise
     return ext
 
 # %% ../nbs/13_pretrained.ipynb #f10535e7
@@ -379,10 +513,13 @@ def hf_twin(model, spec: str):
     facts = rotary_facts(model)
     cfg = copy.deepcopy(model.config)
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    text.rope_parameters = hf_rope_parameters(spec, facts)
-    if text.rope_parameters["rope_type"] == "dynamic":   # Hugging Face's dynamic NTK reads its trained length here
-        text.max_position_embeddings = parse_spec(spec)[1].get("original_max_len") or facts.original_max_len
-    text._attn_implementation = "sdpa"
+    old = _rope_params(text)
+    new = {**{k: old[k] for k in ("partial_rotary_factor",) if k in old}, **hf_rope_parameters(spec, facts)}
+    text.rope_parameters = {**text.rope_parameters, GLOBAL_LAYERS: new} if _per_layer_type(text) else new
+    L = parse_spec(spec)[1].get("original_max_len") or facts.original_max_len
+    if new["rope_type"] == "dynamic": text.max_position_embeddings = L   # Hugging Face's dynamic NTK reads its trained length here
+    if getattr(text, "original_max_position_embeddings", None): text.original_max_position_embeddings = L   # and Phi-3 its own
+    if text._attn_implementation not in ("eager", "sdpa"): text._attn_implementation = "eager"   # e.g. lengthx's, when extended
     twin = type(model)(cfg)
     twin.load_state_dict(model.state_dict())
     return twin.to(next(model.parameters()).dtype).eval()
