@@ -34,13 +34,14 @@ from .evaluate import format_bytes, protocol_windows
 from .pe.rotary import RoPE
 
 # %% auto #0
-__all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'GLOBAL_LAYERS', 'PASSKEY_INTRO', 'PASSKEY_FILLER',
-           'PASSKEY_QUESTION', 'PRETRAINED_SETTINGS', 'require_transformers', 'weights_location', 'load_pretrained',
-           'RotaryFacts', 'rotary_facts', 'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens', 'scored_losses',
-           'lm_perplexity', 'model_spec', 'rotary_pe', 'half_to_interleaved', 'rotary_layout', 'LayerPE',
-           'lengthx_attention', 'IdentityRotary', 'Extension', 'extend', 'hf_rope_parameters', 'hf_twin',
-           'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer', 'passkey_grid', 'ppl_row',
-           'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid', 'finetune', 'grid_curves']
+__all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'GLOBAL_LAYERS', 'TINY_FAMILIES', 'PASSKEY_INTRO',
+           'PASSKEY_FILLER', 'PASSKEY_QUESTION', 'PRETRAINED_SETTINGS', 'require_transformers', 'weights_location',
+           'load_pretrained', 'RotaryFacts', 'rotary_facts', 'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens',
+           'scored_losses', 'lm_perplexity', 'model_spec', 'rotary_pe', 'half_to_interleaved', 'rotary_layout',
+           'LayerPE', 'lengthx_attention', 'IdentityRotary', 'Extension', 'extend', 'hf_rope_parameters', 'hf_twin',
+           'tiny_hf', 'hf_agreement', 'padded_batch', 'extension_features', 'family_check', 'PasskeyPrompt',
+           'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer', 'passkey_grid', 'ppl_row', 'passkey_row',
+           'first_layers', 'cut_row', 'pretrained_grid', 'finetune', 'grid_curves']
 
 # %% ../nbs/13_pretrained.ipynb #2e54b631
 SMOLLM2 = "smollm2-135m"
@@ -523,6 +524,87 @@ def hf_twin(model, spec: str):
     twin = type(model)(cfg)
     twin.load_state_dict(model.state_dict())
     return twin.to(next(model.parameters()).dtype).eval()
+
+# %% ../nbs/13_pretrained.ipynb #cb98144c
+_TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             max_position_embeddings=16, pad_token_id=0, bos_token_id=0, eos_token_id=1, initializer_range=0.2)
+_KV = dict(num_key_value_heads=2)
+TINY_FAMILIES = {   # family: (config class, model class, settings over _TINY; None: the settings alone)
+    "Llama": ("LlamaConfig", "LlamaForCausalLM", _KV),
+    "Qwen2": ("Qwen2Config", "Qwen2ForCausalLM", _KV),
+    "Qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {**_KV, "head_dim": 16}),
+    "Mistral": ("MistralConfig", "MistralForCausalLM", {**_KV, "sliding_window": None}),
+    "Mistral, sliding window": ("MistralConfig", "MistralForCausalLM", {**_KV, "sliding_window": 24}),
+    "Gemma": ("GemmaConfig", "GemmaForCausalLM", {**_KV, "head_dim": 16}),
+    "Gemma 2": ("Gemma2Config", "Gemma2ForCausalLM", {**_KV, "head_dim": 16, "sliding_window": 24,
+                                                      "attn_logit_softcapping": 5.0, "query_pre_attn_scalar": 8}),
+    "Gemma 3": ("Gemma3TextConfig", "Gemma3ForCausalLM", {**_KV, "head_dim": 16, "sliding_window": 24,
+                "layer_types": ["sliding_attention", "full_attention"]}),
+    "Phi-3": ("Phi3Config", "Phi3ForCausalLM", {**_KV, "original_max_position_embeddings": 16}),
+    "StableLM": ("StableLmConfig", "StableLmForCausalLM", _KV),
+    "GPT-NeoX": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {}),
+    "SmolLM3": ("SmolLM3Config", "SmolLM3ForCausalLM", {**_KV, "no_rope_layer_interval": 2}),
+    "Cohere": ("CohereConfig", "CohereForCausalLM", _KV),
+    "GLM": ("GlmConfig", "GlmForCausalLM", {**_KV, "head_dim": 16}),
+    "Falcon": ("FalconConfig", "FalconForCausalLM", {}),
+    "GPT-2": ("GPT2Config", "GPT2LMHeadModel", None),
+    "BLOOM": ("BloomConfig", "BloomForCausalLM", None),
+}
+_OWN = {"GPT-2": dict(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64),
+        "BLOOM": dict(n_layer=2, hidden_size=64, n_head=4, vocab_size=128)}
+
+
+def tiny_hf(family: str, seed: int = 0):
+    "A tiny random-weight Hugging Face causal LM of `family` (a key of TINY_FAMILIES), in eval mode, float32."
+    if family not in TINY_FAMILIES: raise ValueError(f"unknown family {family!r}; choose from {', '.join(TINY_FAMILIES)}")
+    tf = require_transformers()
+    cfg_name, model_name, over = TINY_FAMILIES[family]
+    torch.manual_seed(seed)
+    cfg = getattr(tf, cfg_name)(**(_OWN[family] if over is None else {**_TINY, **over}))
+    return getattr(tf, model_name)(cfg).eval()
+
+
+@torch.no_grad()
+def hf_agreement(model, spec: str, ids: Tensor, attention_mask: Optional[Tensor] = None) -> tuple[float, float]:
+    "(max |logit difference| on the real tokens between `model` extended by `spec` and Hugging Face's own version of it, max change from the model as shipped)."
+    real = torch.ones_like(ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    shipped = model(ids, attention_mask=attention_mask).logits
+    ref = hf_twin(model, spec)(ids, attention_mask=attention_mask).logits
+    with extend(model, spec): ours = model(ids, attention_mask=attention_mask).logits
+    return (ours - ref)[real].abs().max().item(), (ref - shipped)[real].abs().max().item()
+
+
+def padded_batch(T: int = 40, pad: int = 7, vocab: int = 128, seed: int = 0) -> tuple[Tensor, Tensor]:
+    "Two rows of T random token ids (ids >= 2), the first left-padded by `pad` pad tokens (id 0), and their attention mask."
+    ids = torch.randint(2, vocab, (2, T), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones(2, T, dtype=torch.long)
+    ids[0, :pad], mask[0, :pad] = 0, 0
+    return ids, mask
+
+
+def extension_features(model) -> list[str]:
+    "What of the model's design `extend` honours beyond plain rotate-half RoPE (for the table): layout, windows, caps, …"
+    cfg, facts = _text_config(model), rotary_facts(model)
+    plan = _layer_plan(model, facts, None)
+    perm = next(lp.perm for _, lp in plan if lp.perm is not None)
+    out = ["interleaved layout"] if torch.equal(perm, torch.arange(len(perm))) else []
+    if facts.rot_dim < facts.head_dim: out.append(f"partial rotary {facts.rot_dim}/{facts.head_dim}")
+    m = plan[0][0]
+    if not hasattr(m, "q_proj"): out.append("fused QKV")
+    if not math.isclose(getattr(m, "scaling", facts.head_dim ** -0.5), facts.head_dim ** -0.5): out.append("logit scale")
+    if getattr(cfg, "sliding_window", None): out.append(f"sliding window {cfg.sliding_window}")
+    if getattr(cfg, "attn_logit_softcapping", None): out.append(f"soft cap {cfg.attn_logit_softcapping:g}")
+    if any(not getattr(mm, "use_rope", True) for mm, _ in plan): out.append("NoPE layers")
+    if _per_layer_type(cfg): out.append("global layers only")
+    return out
+
+
+def family_check(family: str, specs: Sequence[str] = ("rope", "yarn:s=4")) -> dict:
+    "{'features': …, spec: (max |diff| vs Hugging Face, change from shipped)} for a tiny model of `family`, or {'refused': message}."
+    model = tiny_hf(family)
+    ids, mask = padded_batch()
+    try: return {"features": extension_features(model), **{s: hf_agreement(model, s, ids, mask) for s in specs}}
+    except ValueError as e: return {"refused": str(e)}
 
 # %% ../nbs/13_pretrained.ipynb #f6e1a9cf
 PASSKEY_INTRO = ("There is a pass key hidden inside a lot of irrelevant text. Find it and remember it: "
