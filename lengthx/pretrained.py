@@ -304,14 +304,15 @@ def lm_forward_cost(model, length: int, scored: int = 1, device=None) -> Forward
     Dh = getattr(cfg, "head_dim", None) or d // H
     KV = getattr(cfg, "num_key_value_heads", None) or H
     inner = getattr(cfg, "intermediate_size", None) or 4 * d
-    # the residual stream and norms, then the larger of the MLP's three products and attention's q k v with the copies it
-    # makes (rotated, permuted, repeated heads): one layer's activations are live at a time; a quarter more for the allocator
-    per_token = 1.25 * (3 * d + max(3 * inner, (H + 2 * KV) * Dh + 8 * H * Dh))
+    # the embeddings, residual stream and norms, then the larger of the MLP's three products and attention's q k v with the
+    # copies it makes (rotated, permuted, repeated heads): one layer's activations are live at a time; a quarter more for the
+    # allocator; and per token the rotary tables (float64 in lengthx, four cos/sin tensors in Hugging Face) and positions
+    per_token = 1.25 * (4 * d + max(3 * inner, (H + 2 * KV) * Dh + 8 * H * Dh)) * e + 24 * Dh + 64
     ext = getattr(hf, "_lengthx_extension", None)
     blocks = ext is not None and ext.pe.uses_logits
     dev = torch.device(device) if device is not None else p.device
     naive = blocks and pick_path(ext.pe, T, dev) == "naive"                                 # lengthx's short lengths: all T×T scores
-    if blocks: attn = (4 * T if naive else 10 * ATTENTION_BLOCK) * T * H * 4                # score blocks, several copies each
+    if blocks: attn = (4 * T if naive else 16 * ATTENTION_BLOCK) * T * H * 4                # score blocks, several copies each
     elif ext is None and cfg._attn_implementation == "eager": attn = 3 * T * T * H * 4     # the whole score matrix
     else: attn = 2 * T * H * Dh * 4                                                         # flash path: linear in T
     logits = 3 * scored * cfg.vocab_size * 4
@@ -319,7 +320,7 @@ def lm_forward_cost(model, length: int, scored: int = 1, device=None) -> Forward
     dense, attention_flops = 2.0 * body * T + 2.0 * scored * cfg.vocab_size * d, 2.0 * n * T * T * H * Dh
     rate = FLOPS_PER_SECOND["cuda"] if dev.type == "cuda" else FLOPS_PER_SECOND["cpu"] * torch.get_num_threads()
     seconds = (dense + attention_flops * (MATERIALIZED_SLOWDOWN if blocks else 1.0)) / rate
-    return ForwardCost(T, int(T * per_token * e + attn + logits), dense + attention_flops, seconds)
+    return ForwardCost(T, int(T * per_token + attn + logits), dense + attention_flops, seconds)
 
 
 def check_forward_cost(model, length: int, scored: int, forwards: int, what: str, *, i_know: bool = False,

@@ -102,9 +102,14 @@ def test_the_estimate_grows_with_length_and_knows_the_attention_path():
 
 
 def test_the_estimate_bounds_a_measured_peak():
-    "A tiny model at 16K tokens: the process's measured peak above the start stays below the estimate."
-    m = _tiny_llama()
-    tokens = torch.randint(0, 128, (16_385,))
-    est = lm_forward_cost(m, 16_384, scored=256)
-    with P.extend(m, "rope"), P.PeakMemory() as mem: P.scored_losses(m, tokens, [(0, 16_384 - 256)], 16_384)
-    assert 0 < mem.extra <= est.bytes, (mem.extra, est.bytes)
+    "A one-layer model of width 256 at 4K and 8K tokens, extended: the process's measured peak above the start stays below the estimate."
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=256, intermediate_size=688, num_hidden_layers=1,
+                                   num_attention_heads=4, max_position_embeddings=64)
+    m = transformers.LlamaForCausalLM(cfg).eval()
+    for spec, T in (("rerope:w=64", 4096), ("rope", 8192)):   # lengthx's block path first: its peak is the larger
+        tokens = torch.randint(0, 128, (T + 1,))
+        with P.extend(m, spec):
+            est = lm_forward_cost(m, T, scored=256)
+            with P.PeakMemory() as mem: P.scored_losses(m, tokens, [(0, T - 256)], T)
+        assert mem.extra <= est.bytes, (spec, mem.extra, est.bytes)
+        assert mem.extra > 0 or spec == "rope", "the first forward must raise the resident set (else it measured nothing)"
