@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 import lengthx
-from .data import LockedError, atomic_write_bytes, batch_at, corpus_tokens, exclusive_lock, open_regular, read_regular
+from .data import LockedError, append_bytes, atomic_write_bytes, batch_at, corpus_tokens, exclusive_lock, open_regular, read_regular
 from .attention import canonical_spec
 from .evaluate import available_memory, estimate_train_memory, format_bytes
 from .model import GPT, PRESETS, GPTConfig
@@ -909,9 +909,10 @@ def _loop(model, opt, scaler, model_cfg, cfg, tokens, run_dir, progress, val_tok
     def flush():
         if writes and pending:
             try:
-                with open(run_dir / METRICS, "a") as f: f.write("".join(json.dumps(r) + "\n" for r in pending))
-            except OSError as e:
-                raise CheckpointSaveError(f"could not write {METRICS} at step {pending[-1]['step']}: {e.strerror or e}; "
+                # in place, but never through a symlink or hard link planted at metrics.jsonl
+                append_bytes(run_dir / METRICS, "".join(json.dumps(r) + "\n" for r in pending).encode(), "training metrics")
+            except (OSError, ValueError) as e:
+                raise CheckpointSaveError(f"could not write {METRICS} at step {pending[-1]['step']}: {getattr(e, 'strerror', None) or e}; "
                                           f"last good checkpoint: {last_good_text()}") from None
         pending.clear()
 
