@@ -42,9 +42,9 @@ __all__ = ['QUICK', 'SEED_MAX', 'RUN_FIELDS', 'DECAY_MODULES', 'CKPT_FORMAT', 'R
            'CheckpointError', 'CheckpointSaveError', 'RunMismatchError', 'TrainingDiverged', 'state_digest',
            'flatten_optimizer_state', 'unflatten_optimizer_state', 'list_checkpoints', 'save_checkpoint',
            'verify_checkpoint', 'read_checkpoint_state', 'find_checkpoint', 'load_checkpoint', 'load_model',
-           'clean_run_dir', 'spread_positions', 'tokens_fingerprint', 'run_identity', 'dist_env', 'rank_slice',
-           'eval_loss', 'train', 'source_sha256', 'source_sha256_at', 'package_provenance', 'checkpoint_step',
-           'train_run']
+           'clean_run_dir', 'spread_positions', 'tokens_fingerprint', 'run_identity', 'check_checkpoint_run',
+           'dist_env', 'rank_slice', 'eval_loss', 'train', 'source_sha256', 'source_sha256_at', 'package_provenance',
+           'checkpoint_step', 'train_run']
 
 # %% ../nbs/52_train.ipynb #48e310cb
 QUICK = os.environ.get("LENGTHX_FULL") != "1"
@@ -620,6 +620,20 @@ def _check_same_run(run_dir: Path, ident: dict, tokens: Optional[Tensor] = None,
                    "(no checkpoint to resume); replaced by this run's")
     return True
 
+
+def check_checkpoint_run(run_dir: Path, state: dict, ident: dict) -> None:
+    "Refuse a checkpoint that another run wrote (copied into this run directory): its recorded model, run settings (`RUN_FIELDS`; `steps` may grow) or data must be this run's."
+    model, train_ = state.get("model") or {}, state.get("train") or {}
+    was = {"model": {**model, "pe": _canonical_pe(model.get("pe"))},
+           "train": _jsonable({k: train_.get(k) for k in RUN_FIELDS})}
+    diffs = [f"{part}.{k}: {was[part].get(k)!r} here, {ident[part].get(k)!r} asked"
+             for part in ("model", "train") for k in sorted(set(was[part]) | set(ident[part]))
+             if was[part].get(k) != ident[part].get(k)]
+    if "data" in state and state["data"] != ident["data"]: diffs.append("data: it was trained on other tokens")
+    if diffs:
+        raise RunMismatchError(f"the checkpoint at step {state.get('step')} in {str(run_dir)!r} belongs to another run "
+                               f"({'; '.join(diffs)}); it was not resumed: move its files away, or use a new run_dir")
+
 # %% ../nbs/52_train.ipynb #610599c3
 class _StopFlag:
     "Turn SIGINT/SIGTERM into a flag checked between steps (main thread only; elsewhere a no-op)."
@@ -821,8 +835,10 @@ def _open_run(run_dir: Path, model_cfg, cfg, tokens, dd: _Distributed, stack: co
         stack.enter_context(exclusive_lock(run_dir / LOCK, f"run directory {str(run_dir)!r}"))
         removed = clean_run_dir(run_dir)
         if removed: say(f"removed {len(removed)} file(s) left by an interrupted save in {str(run_dir)!r}")
-        _check_same_run(run_dir, run_identity(model_cfg, cfg, tokens), tokens, say)
+        ident = run_identity(model_cfg, cfg, tokens)
+        _check_same_run(run_dir, ident, tokens, say)
         state = find_checkpoint(run_dir, say)
+        if state is not None: check_checkpoint_run(run_dir, state, ident)   # a checkpoint copied from another run
         if state is not None and not _pointer_ok(run_dir, state):
             atomic_write_bytes(run_dir / CKPT_JSON, (run_dir / _names(state["step"])[2]).read_bytes())
             say(f"{CKPT_JSON} did not name the newest valid checkpoint; rewritten to step {state['step']}")
@@ -900,6 +916,7 @@ def _loop(model, opt, scaler, model_cfg, cfg, tokens, run_dir, progress, val_tok
     queued: list[tuple[dict, Tensor, Tensor]] = []   # records whose loss / grad norm are still on the device
     pending: list[dict] = []                         # materialized records not yet in metrics.jsonl
     saved = {"step": last_good, "at": time.perf_counter(), "cost": 0.0}
+    data_print = tokens_fingerprint(tokens) if writes else None   # recorded in each checkpoint: the data it belongs to
 
     def last_good_text() -> str:
         if run_dir is None: return "none (no run_dir)"
@@ -938,7 +955,7 @@ def _loop(model, opt, scaler, model_cfg, cfg, tokens, run_dir, progress, val_tok
         if writes:
             t = time.perf_counter()
             save_checkpoint(run_dir, model, opt, step, model_cfg, cfg, scaler, schedule=schedule, keep_last=cfg.keep_last,
-                            extra={"elapsed": elapsed0 + time.perf_counter() - t0})
+                            extra={"elapsed": elapsed0 + time.perf_counter() - t0, "data": data_print})
             saved["cost"] = time.perf_counter() - t
         saved["step"], saved["at"] = step, time.perf_counter()
 

@@ -31,3 +31,29 @@ def test_a_symlink_planted_at_metrics_mid_run_is_refused_and_its_target_untouche
     (run / T.METRICS).unlink()                                   # the link removed, the run resumes from its checkpoint
     _, hist = train(MODEL, train_cfg(steps=6, ckpt_every=2), tokens=TOKENS, run_dir=run, progress=False)
     assert hist[-1]["step"] == 6 and outside.read_text() == "not yours\n"
+
+
+def _copy_checkpoint(src: Path, dst: Path, step: int) -> None:
+    "Copy checkpoint `step` of run `src` (its files and the pointer) into run directory `dst`."
+    for name in (*T._names(step), T.CKPT_JSON):
+        (dst / name).write_bytes((src / name).read_bytes())
+
+
+def test_another_runs_checkpoint_copied_in_is_refused_naming_the_settings(tmp_path):
+    mine, other, theirs = tmp_path / "mine", tmp_path / "other", tmp_path / "theirs"
+    train(MODEL, train_cfg(steps=4, ckpt_every=2), tokens=TOKENS, run_dir=mine, progress=False)
+    train(MODEL, train_cfg(steps=8, ckpt_every=2, lr=1e-2, seed=1), tokens=TOKENS, run_dir=other, progress=False, stop_after=6)
+    _copy_checkpoint(other, mine, 6)
+    with pytest.raises(RunMismatchError, match=r"step 6 .*belongs to another run.*train\.lr: 0\.01 here, 0\.003 asked.*"
+                                               r"train\.seed: 1 here, 0 asked"):
+        train(MODEL, train_cfg(steps=8, ckpt_every=2), tokens=TOKENS, run_dir=mine, progress=False)
+    # the same settings on other tokens: the checkpoint records its data
+    train(MODEL, train_cfg(steps=8, ckpt_every=2), tokens=TOKENS.flip(0), run_dir=theirs, progress=False, stop_after=6)
+    _copy_checkpoint(theirs, mine, 6)
+    with pytest.raises(RunMismatchError, match="data: it was trained on other tokens"):
+        train(MODEL, train_cfg(steps=8, ckpt_every=2), tokens=TOKENS, run_dir=mine, progress=False)
+    for name in T._names(6): (mine / name).unlink()
+    (mine / T.CKPT_JSON).write_bytes((mine / T._names(4)[2]).read_bytes())
+    # the run's own checkpoint still resumes, and more steps (extending the run) are allowed
+    _, hist = train(MODEL, train_cfg(steps=8, ckpt_every=2), tokens=TOKENS, run_dir=mine, progress=False)
+    assert hist[-1]["step"] == 8
