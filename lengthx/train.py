@@ -41,10 +41,10 @@ __all__ = ['QUICK', 'SEED_MAX', 'RUN_FIELDS', 'DECAY_MODULES', 'CKPT_FORMAT', 'R
            'resolve_device', 'decay_parameters', 'make_optimizer', 'seed_everything', 'autocast_context',
            'CheckpointError', 'CheckpointSaveError', 'RunMismatchError', 'TrainingDiverged', 'state_digest',
            'flatten_optimizer_state', 'unflatten_optimizer_state', 'list_checkpoints', 'save_checkpoint',
-           'verify_checkpoint', 'read_checkpoint_state', 'find_checkpoint', 'load_checkpoint', 'load_model',
-           'clean_run_dir', 'spread_positions', 'tokens_fingerprint', 'run_identity', 'check_checkpoint_run',
-           'dist_env', 'rank_slice', 'eval_loss', 'train', 'source_sha256', 'source_sha256_at', 'package_provenance',
-           'checkpoint_step', 'train_run']
+           'verify_checkpoint', 'read_checkpoint_state', 'find_checkpoint', 'weight_shapes', 'check_weights_fit_config',
+           'load_checkpoint', 'load_model', 'clean_run_dir', 'spread_positions', 'tokens_fingerprint', 'run_identity',
+           'check_checkpoint_run', 'dist_env', 'rank_slice', 'eval_loss', 'train', 'source_sha256', 'source_sha256_at',
+           'package_provenance', 'checkpoint_step', 'train_run']
 
 # %% ../nbs/52_train.ipynb #48e310cb
 QUICK = os.environ.get("LENGTHX_FULL") != "1"
@@ -496,6 +496,38 @@ def _check_fits(run_dir: Path, state: dict, want: GPTConfig) -> None:
     if diffs: raise CheckpointError(f"the checkpoint in {str(run_dir)!r} does not fit the model asked for: {'; '.join(diffs)}")
 
 
+def weight_shapes(path: Path) -> dict[str, list[int]]:
+    "The name and shape of every tensor in a safetensors file, read from its header alone (no tensor is loaded)."
+    from safetensors import safe_open
+    with safe_open(str(path), "pt") as f: return {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
+
+
+def _expected_shapes(cfg: GPTConfig) -> dict[str, list[int]]:
+    "Weight shapes a config fixes by arithmetic alone (token table, layer count, MLP), checked before any model is built."
+    d, L = cfg.d_model, cfg.n_layer
+    return {"tok.weight": [cfg.vocab_size, d], **{f"blocks.{i}.mlp.0.weight": [cfg.mlp_ratio * d, d] for i in range(L)}}
+
+
+def check_weights_fit_config(run_dir: Path, state: dict, cfg: GPTConfig) -> None:
+    "Refuse (before building a model) a checkpoint whose config claims other sizes than its weight file holds: a model of an edited, re-signed config is never allocated."
+    path = _tensor_file(run_dir, state, "model-")
+    try: shapes = weight_shapes(path)
+    except Exception as e: raise CheckpointError(f"checkpoint file {str(path)!r} is corrupted (unreadable safetensors header: {e})") from None
+    layers = {int(m.group(1)) for k in shapes if (m := re.match(r"blocks\.(\d+)\.", k))}
+    diffs = [] if layers == set(range(cfg.n_layer)) else [f"n_layer={cfg.n_layer} but the file holds {len(layers)} layer(s)"]
+    diffs += [f"{k} {shapes.get(k)} in the file, {want} for the config" for k, want in _expected_shapes(cfg).items()
+              if shapes.get(k) != want][:3]
+    if not diffs:   # every other shape, from a model built on the meta device (no memory); a PE that cannot be built there is skipped
+        with contextlib.suppress(Exception), torch.random.fork_rng(devices=[]), torch.device("meta"):
+            sd = GPT(cfg).state_dict()
+            diffs = [f"{k} {shapes.get(k)} in the file, {list(sd[k].shape)} for the config" for k in sd
+                     if k in shapes and shapes[k] != list(sd[k].shape)][:3]
+    if diffs:
+        raise CheckpointError(f"the checkpoint in {str(run_dir)!r} claims a model its weight file does not hold "
+                              f"(d_model={cfg.d_model}, n_layer={cfg.n_layer}: {'; '.join(diffs)}); nothing was built: "
+                              "the state was edited or belongs to other weights")
+
+
 def load_checkpoint(run_dir: Union[str, Path], device: Union[str, torch.device] = "cpu", *, model: Optional[GPT] = None,
                     expect: Optional[GPTConfig] = None, step: Optional[int] = None,
                     state: Optional[dict] = None) -> tuple[GPT, dict]:
@@ -505,6 +537,7 @@ def load_checkpoint(run_dir: Union[str, Path], device: Union[str, torch.device] 
     state = state if state is not None else read_checkpoint_state(run_dir, step)
     want = model.cfg if model is not None else expect
     if want is not None: _check_fits(run_dir, state, want)
+    check_weights_fit_config(run_dir, state, want if want is not None else GPTConfig.from_dict(state["model"]))
     if model is None:
         with torch.random.fork_rng(devices=[]):  # building the model must not disturb the caller's RNG
             model = GPT(GPTConfig.from_dict(state["model"]))

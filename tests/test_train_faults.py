@@ -57,3 +57,29 @@ def test_another_runs_checkpoint_copied_in_is_refused_naming_the_settings(tmp_pa
     # the run's own checkpoint still resumes, and more steps (extending the run) are allowed
     _, hist = train(MODEL, train_cfg(steps=8, ckpt_every=2), tokens=TOKENS, run_dir=mine, progress=False)
     assert hist[-1]["step"] == 8
+
+
+def test_a_resigned_checkpoint_claiming_a_huge_model_is_refused_before_building_it(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    train(MODEL, train_cfg(steps=2), tokens=TOKENS, run_dir=run, progress=False)
+    state = json.loads((run / T.CKPT_JSON).read_text())
+    state["model"].update(d_model=16384, n_layer=48, n_head=128)   # ~155e9 parameters claimed; the file holds a tiny model
+    state["sha256"] = T.state_digest(state)                         # re-signed: the state's own hash passes
+    (run / T.CKPT_JSON).write_text(json.dumps(state))
+    built = []
+    class Guard(T.GPT):
+        def __init__(self, cfg, *a, **k):
+            if torch.empty(()).device.type != "meta":   # a real model, with memory
+                built.append(cfg.d_model)
+                if cfg.d_model == 16384: raise AssertionError("the claimed model was built")
+            super().__init__(cfg, *a, **k)
+    monkeypatch.setattr(T, "GPT", Guard)
+    with pytest.raises(CheckpointError, match=r"claims a model its weight file does not hold .*d_model=16384, n_layer=48.*"
+                                              r"n_layer=48 but the file holds 1 layer.*tok\.weight \[256, 32\] in the file, "
+                                              r"\[256, 16384\] for the config"):
+        T.load_model(run)
+    assert built == []
+    # the honest checkpoint loads (weights and config agree)
+    train(MODEL, train_cfg(steps=2), tokens=TOKENS, run_dir=tmp_path / "ok", progress=False)
+    built.clear()
+    assert T.load_model(tmp_path / "ok").cfg.d_model == MODEL.d_model and built == [MODEL.d_model]
