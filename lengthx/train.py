@@ -43,8 +43,8 @@ __all__ = ['QUICK', 'SEED_MAX', 'RUN_FIELDS', 'DECAY_MODULES', 'CKPT_FORMAT', 'R
            'flatten_optimizer_state', 'unflatten_optimizer_state', 'list_checkpoints', 'save_checkpoint',
            'verify_checkpoint', 'read_checkpoint_state', 'find_checkpoint', 'weight_shapes', 'check_weights_fit_config',
            'load_checkpoint', 'load_model', 'clean_run_dir', 'spread_positions', 'tokens_fingerprint', 'run_identity',
-           'check_checkpoint_run', 'dist_env', 'rank_slice', 'eval_loss', 'train', 'source_sha256', 'source_sha256_at',
-           'package_provenance', 'checkpoint_step', 'train_run']
+           'check_checkpoint_run', 'StepInterrupted', 'dist_env', 'rank_slice', 'eval_loss', 'train', 'source_sha256',
+           'source_sha256_at', 'package_provenance', 'checkpoint_step', 'train_run']
 
 # %% ../nbs/52_train.ipynb #48e310cb
 QUICK = os.environ.get("LENGTHX_FULL") != "1"
@@ -327,6 +327,17 @@ def _rng_state() -> dict:
     out = {"torch": enc(torch.get_rng_state()), "python": _jsonable(random.getstate())}
     if torch.cuda.is_available(): out["cuda"] = [enc(s) for s in torch.cuda.get_rng_state_all()]
     return out
+
+
+def _raw_rng() -> tuple:
+    "The generators' states as they are (cheap enough to take every step)."
+    return torch.get_rng_state(), random.getstate(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+
+
+def _restore_raw_rng(raw: tuple) -> None:
+    "Put back the states `_raw_rng` took."
+    torch.set_rng_state(raw[0]); random.setstate(raw[1])
+    if raw[2] is not None: torch.cuda.set_rng_state_all(raw[2])
 
 
 def _set_rng_state(st: dict) -> None:
@@ -668,13 +679,20 @@ def check_checkpoint_run(run_dir: Path, state: dict, ident: dict) -> None:
                                f"({'; '.join(diffs)}); it was not resumed: move its files away, or use a new run_dir")
 
 # %% ../nbs/52_train.ipynb #610599c3
+class StepInterrupted(BaseException):
+    "SIGTERM arrived during a step's forward and backward pass: the step is dropped, the weights are those of the last completed step."
+
+
 class _StopFlag:
-    "Turn SIGINT/SIGTERM into a flag checked between steps (main thread only; elsewhere a no-op)."
-    def __init__(self, enabled: bool = True): self.enabled, self.signum, self._old = enabled, None, {}
+    "Turn SIGINT/SIGTERM into a flag checked between steps (main thread only; elsewhere a no-op); SIGTERM during a step's forward/backward (`in_step`) raises `StepInterrupted` at once."
+    def __init__(self, enabled: bool = True): self.enabled, self.signum, self._old, self.in_step = enabled, None, {}, False
 
     def _handler(self, signum, frame):
         if self.signum == signal.SIGINT and signum == signal.SIGINT: raise KeyboardInterrupt  # second Ctrl-C
         self.signum = signum
+        if signum == signal.SIGTERM and self.in_step:   # a long step need not finish: no weight has changed yet
+            self.in_step = False
+            raise StepInterrupted
 
     def __enter__(self):
         if self.enabled and threading.current_thread() is threading.main_thread():
@@ -997,20 +1015,32 @@ def _loop(model, opt, scaler, model_cfg, cfg, tokens, run_dir, progress, val_tok
     t0 = time.perf_counter()
     end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
     stopper = _StopFlag(enabled=run_dir is not None)
+    interruptible = run_dir is not None and dd.world == 1   # several processes finish the step together (collectives)
     try:
         with stopper:
             for step in range(start, end):
                 lr = lr_at(step, cfg, schedule)
                 for g in opt.param_groups: g["lr"] = lr
                 total = torch.zeros((), device=device)
-                for a in range(cfg.grad_accum):
-                    x, y = batch_at(tokens, step * cfg.grad_accum + a, cfg.batch_size, cfg.length, cfg.seed)
-                    x, y = (_to_device(rank_slice(t, dd.rank, dd.world), device) for t in (x, y))
-                    last = a == cfg.grad_accum - 1
-                    with (ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()):
-                        with autocast_context(device, cfg.dtype): _, loss = fwd(x, y)
-                        scaler.scale(loss / cfg.grad_accum).backward()
-                    total += loss.detach().float() / cfg.grad_accum
+                rng0 = _raw_rng() if interruptible else None       # what a checkpoint of the last completed step holds
+                try:
+                    stopper.in_step = interruptible
+                    for a in range(cfg.grad_accum):
+                        x, y = batch_at(tokens, step * cfg.grad_accum + a, cfg.batch_size, cfg.length, cfg.seed)
+                        x, y = (_to_device(rank_slice(t, dd.rank, dd.world), device) for t in (x, y))
+                        last = a == cfg.grad_accum - 1
+                        with (ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()):
+                            with autocast_context(device, cfg.dtype): _, loss = fwd(x, y)
+                            scaler.scale(loss / cfg.grad_accum).backward()
+                        total += loss.detach().float() / cfg.grad_accum
+                    stopper.in_step = False
+                except StepInterrupted:   # SIGTERM mid-step: drop its gradients, keep the steps done, exit as between steps
+                    opt.zero_grad(set_to_none=True)
+                    _restore_raw_rng(rng0)
+                    if step > (saved["step"] or 0): checkpoint(step)
+                    raise SystemExit(128 + int(signal.SIGTERM)) from None
+                finally:
+                    stopper.in_step = False
                 scaler.unscale_(opt)
                 gnorm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
                 scaler.step(opt); scaler.update(); opt.zero_grad(set_to_none=True)

@@ -83,3 +83,41 @@ def test_a_resigned_checkpoint_claiming_a_huge_model_is_refused_before_building_
     train(MODEL, train_cfg(steps=2), tokens=TOKENS, run_dir=tmp_path / "ok", progress=False)
     built.clear()
     assert T.load_model(tmp_path / "ok").cfg.d_model == MODEL.d_model and built == [MODEL.d_model]
+
+
+def test_sigterm_during_a_long_step_stops_at_once_and_the_run_resumes(tmp_path):
+    "Step 4's forward takes two minutes; SIGTERM during it exits 143 within seconds, with steps 1..3 checkpointed."
+    run = tmp_path / "run"
+    script = textwrap.dedent(f"""
+        import sys, time; sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import lengthx.model as M
+        from _tiny import MODEL, TOKENS, train_cfg
+        from lengthx.train import train
+        real, calls = M.GPT.forward, [0]
+        def slow(self, *a, **k):
+            calls[0] += 1
+            if calls[0] == 4: time.sleep(120)          # a step far longer than any test waits
+            return real(self, *a, **k)
+        M.GPT.forward = slow
+        train(MODEL, train_cfg(steps=100, ckpt_every=1000), tokens=TOKENS, run_dir={str(run)!r}, progress=False)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "OMP_NUM_THREADS": "1"})
+    metrics = run / T.METRICS
+    deadline = time.time() + 60
+    while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        time.sleep(0.05)
+    time.sleep(0.5)                                   # inside step 4's forward now
+    proc.send_signal(signal.SIGTERM)
+    t0 = time.time()
+    try: rc = proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill(); proc.wait()
+        pytest.fail("SIGTERM did not stop the step in progress")
+    assert rc == 128 + signal.SIGTERM and time.time() - t0 < 20
+    assert json.loads((run / T.CKPT_JSON).read_text())["step"] == 3
+    assert [json.loads(l)["step"] for l in metrics.read_text().splitlines()] == [1, 2, 3]
+    c = train_cfg(steps=100, ckpt_every=1000)
+    _, resumed = train(MODEL, c, tokens=TOKENS, run_dir=run, progress=False, stop_after=5)
+    _, straight = train(MODEL, c, tokens=TOKENS, progress=False, stop_after=5)
+    assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in straight], rel=1e-6)
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4, 5]
