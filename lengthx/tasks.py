@@ -5,7 +5,6 @@
 # %% ../nbs/60_che.ipynb #6d3fc384
 from __future__ import annotations
 
-import json
 import math
 import random
 import subprocess
@@ -24,14 +23,14 @@ from torch import Tensor
 from .attention import Positions, build_pe, parse_spec
 from .model import GPT, GPTConfig
 from .pe.random import randomized_positions
-from .data import atomic_write_bytes
-from .results import provenance
+from .evaluate import estimate_eval_memory, format_bytes, memory_budget
+from .results import provenance, read_results, write_results
 
 # %% auto #0
 __all__ = ['MOD', 'ARITH', 'MAB_SYMBOLS', 'EQ_SYMBOLS', 'AB', 'BITS', 'ENDED', 'LEARNED', 'Task', 'evaluate_mod',
-           'bracket_expression', 'add_bits', 'che_tasks', 'encoder_batch', 'che_spec', 'CHEConfig', 'che_loss',
-           'masked_accuracy', 'che_positions', 'learning_point', 'train_che', 'eval_che', 'run_che', 'run_che_many',
-           'run_che_grid', 'learned', 'che_table']
+           'bracket_expression', 'add_bits', 'che_tasks', 'encoder_batch', 'che_spec', 'CHEConfig', 'check_test_lens',
+           'che_loss', 'masked_accuracy', 'che_positions', 'learning_point', 'train_che', 'eval_che', 'run_che',
+           'run_che_many', 'run_che_grid', 'learned', 'che_table']
 
 # %% ../nbs/60_che.ipynb #479d2898
 def _py_rng(generator: Optional[torch.Generator]) -> random.Random:
@@ -485,6 +484,21 @@ def _device(name: str) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def check_test_lens(cfg: CHEConfig) -> None:
+    "Refuse (one line, before any training) test lengths the run could not evaluate: past the randomized positions, or over the memory budget for one string."
+    task = che_tasks()[cfg.task]
+    L = max(cfg.test_lens)
+    T = L + task.output_length(L)
+    if cfg.spec != cfg.pe and T > cfg.max_pos:
+        raise ValueError(f"test length {L} ({T} tokens with its answer) does not fit in {cfg.max_pos} randomized positions; "
+                         "use shorter test lengths or raise max_pos")
+    dev = _device(cfg.device)
+    need, budget = estimate_eval_memory(cfg.model_config(), T, batch=1, device=dev), memory_budget(dev)
+    if need > budget:
+        raise ValueError(f"evaluating {cfg.task} at test length {L} needs an estimated {format_bytes(need)} for one string, more "
+                         f"than the memory budget of {format_bytes(budget)}; use shorter test lengths or set LENGTHX_MEM_BUDGET")
+
+
 def che_loss(model: GPT, task: Task, inputs: Tensor, targets: Tensor, pos: Optional[Positions] = None) -> tuple[Tensor, Tensor]:
     "Cross-entropy summed over the output positions, mean over the batch; also the logits [B, O, classes]."
     x, _ = encoder_batch(task, inputs, targets)
@@ -636,19 +650,22 @@ def run_che_grid(tasks: Sequence[str], pes: Sequence[str], base: CHEConfig, out:
     for pe in pes:   # fail on a bad spec before any training
         build_pe(che_spec(pe, base.randomized, base.max_pos), n_heads=base.n_head, head_dim=base.d_model // base.n_head,
                  d_model=base.d_model, n_layers=base.n_layer, max_len=base.max_pos)
+    for t in tasks:   # and on a test length that cannot be evaluated
+        for pe in pes: check_test_lens(CHEConfig(**{**asdict(base), "task": t, "pe": pe}))
     settings = {k: v for k, v in asdict(base).items() if k not in ("task", "pe", "device")}
     settings["test_lens"], settings["ind_lens"] = list(settings["test_lens"]), list(settings["ind_lens"])
     res = {"command": command, "settings": settings, "provenance": provenance(), "runs": {}}
     path, before = (Path(out) if out else None), 0.0
-    if path and path.exists():
-        old = json.loads(path.read_text())
+    old = read_results(path, "tasks results file") if path else {}   # checked like any result: regular, capped, checksummed
+    if old:
         if old.get("settings") != settings: raise ValueError(f"{path} holds runs with other settings; use another --out")
+        if not isinstance(old.get("runs", {}), dict): raise ValueError(f"tasks results file {str(path)!r} is damaged (its runs are not an object)")
         res["runs"], before = old.get("runs", {}), old.get("wall_seconds", 0.0)
     t_start = time.time()
 
     def save() -> None:
         res["wall_seconds"] = round(before + time.time() - t_start, 1)
-        if path: atomic_write_bytes(path, json.dumps(res, indent=1).encode())
+        if path: write_results(path, res)
 
     def keep(key: str, r: dict) -> None:
         res["runs"][key] = r

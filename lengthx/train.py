@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 import lengthx
-from .data import LockedError, atomic_write_bytes, batch_at, corpus_tokens, exclusive_lock, open_regular, read_regular
+from .data import LockedError, append_bytes, atomic_write_bytes, batch_at, corpus_tokens, exclusive_lock, open_regular, read_regular
 from .attention import canonical_spec
 from .evaluate import available_memory, estimate_train_memory, format_bytes
 from .model import GPT, PRESETS, GPTConfig
@@ -41,10 +41,10 @@ __all__ = ['QUICK', 'SEED_MAX', 'RUN_FIELDS', 'DECAY_MODULES', 'CKPT_FORMAT', 'R
            'resolve_device', 'decay_parameters', 'make_optimizer', 'seed_everything', 'autocast_context',
            'CheckpointError', 'CheckpointSaveError', 'RunMismatchError', 'TrainingDiverged', 'state_digest',
            'flatten_optimizer_state', 'unflatten_optimizer_state', 'list_checkpoints', 'save_checkpoint',
-           'verify_checkpoint', 'read_checkpoint_state', 'find_checkpoint', 'load_checkpoint', 'load_model',
-           'clean_run_dir', 'spread_positions', 'tokens_fingerprint', 'run_identity', 'dist_env', 'rank_slice',
-           'eval_loss', 'train', 'source_sha256', 'source_sha256_at', 'package_provenance', 'checkpoint_step',
-           'train_run']
+           'verify_checkpoint', 'read_checkpoint_state', 'find_checkpoint', 'weight_shapes', 'check_weights_fit_config',
+           'load_checkpoint', 'load_model', 'clean_run_dir', 'spread_positions', 'tokens_fingerprint', 'run_identity',
+           'check_checkpoint_run', 'StepInterrupted', 'dist_env', 'rank_slice', 'eval_loss', 'train', 'source_sha256',
+           'source_sha256_at', 'package_provenance', 'checkpoint_step', 'train_run']
 
 # %% ../nbs/52_train.ipynb #48e310cb
 QUICK = os.environ.get("LENGTHX_FULL") != "1"
@@ -329,6 +329,17 @@ def _rng_state() -> dict:
     return out
 
 
+def _raw_rng() -> tuple:
+    "The generators' states as they are (cheap enough to take every step)."
+    return torch.get_rng_state(), random.getstate(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+
+
+def _restore_raw_rng(raw: tuple) -> None:
+    "Put back the states `_raw_rng` took."
+    torch.set_rng_state(raw[0]); random.setstate(raw[1])
+    if raw[2] is not None: torch.cuda.set_rng_state_all(raw[2])
+
+
 def _set_rng_state(st: dict) -> None:
     dec = lambda s: torch.frombuffer(bytearray(base64.b64decode(s)), dtype=torch.uint8).clone()
     torch.set_rng_state(dec(st["torch"]))
@@ -496,6 +507,38 @@ def _check_fits(run_dir: Path, state: dict, want: GPTConfig) -> None:
     if diffs: raise CheckpointError(f"the checkpoint in {str(run_dir)!r} does not fit the model asked for: {'; '.join(diffs)}")
 
 
+def weight_shapes(path: Path) -> dict[str, list[int]]:
+    "The name and shape of every tensor in a safetensors file, read from its header alone (no tensor is loaded)."
+    from safetensors import safe_open
+    with safe_open(str(path), "pt") as f: return {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
+
+
+def _expected_shapes(cfg: GPTConfig) -> dict[str, list[int]]:
+    "Weight shapes a config fixes by arithmetic alone (token table, layer count, MLP), checked before any model is built."
+    d, L = cfg.d_model, cfg.n_layer
+    return {"tok.weight": [cfg.vocab_size, d], **{f"blocks.{i}.mlp.0.weight": [cfg.mlp_ratio * d, d] for i in range(L)}}
+
+
+def check_weights_fit_config(run_dir: Path, state: dict, cfg: GPTConfig) -> None:
+    "Refuse (before building a model) a checkpoint whose config claims other sizes than its weight file holds: a model of an edited, re-signed config is never allocated."
+    path = _tensor_file(run_dir, state, "model-")
+    try: shapes = weight_shapes(path)
+    except Exception as e: raise CheckpointError(f"checkpoint file {str(path)!r} is corrupted (unreadable safetensors header: {e})") from None
+    layers = {int(m.group(1)) for k in shapes if (m := re.match(r"blocks\.(\d+)\.", k))}
+    diffs = [] if layers == set(range(cfg.n_layer)) else [f"n_layer={cfg.n_layer} but the file holds {len(layers)} layer(s)"]
+    diffs += [f"{k} {shapes.get(k)} in the file, {want} for the config" for k, want in _expected_shapes(cfg).items()
+              if shapes.get(k) != want][:3]
+    if not diffs:   # every other shape, from a model built on the meta device (no memory); a PE that cannot be built there is skipped
+        with contextlib.suppress(Exception), torch.random.fork_rng(devices=[]), torch.device("meta"):
+            sd = GPT(cfg).state_dict()
+            diffs = [f"{k} {shapes.get(k)} in the file, {list(sd[k].shape)} for the config" for k in sd
+                     if k in shapes and shapes[k] != list(sd[k].shape)][:3]
+    if diffs:
+        raise CheckpointError(f"the checkpoint in {str(run_dir)!r} claims a model its weight file does not hold "
+                              f"(d_model={cfg.d_model}, n_layer={cfg.n_layer}: {'; '.join(diffs)}); nothing was built: "
+                              "the state was edited or belongs to other weights")
+
+
 def load_checkpoint(run_dir: Union[str, Path], device: Union[str, torch.device] = "cpu", *, model: Optional[GPT] = None,
                     expect: Optional[GPTConfig] = None, step: Optional[int] = None,
                     state: Optional[dict] = None) -> tuple[GPT, dict]:
@@ -505,6 +548,7 @@ def load_checkpoint(run_dir: Union[str, Path], device: Union[str, torch.device] 
     state = state if state is not None else read_checkpoint_state(run_dir, step)
     want = model.cfg if model is not None else expect
     if want is not None: _check_fits(run_dir, state, want)
+    check_weights_fit_config(run_dir, state, want if want is not None else GPTConfig.from_dict(state["model"]))
     if model is None:
         with torch.random.fork_rng(devices=[]):  # building the model must not disturb the caller's RNG
             model = GPT(GPTConfig.from_dict(state["model"]))
@@ -620,14 +664,35 @@ def _check_same_run(run_dir: Path, ident: dict, tokens: Optional[Tensor] = None,
                    "(no checkpoint to resume); replaced by this run's")
     return True
 
+
+def check_checkpoint_run(run_dir: Path, state: dict, ident: dict) -> None:
+    "Refuse a checkpoint that another run wrote (copied into this run directory): its recorded model, run settings (`RUN_FIELDS`; `steps` may grow) or data must be this run's."
+    model, train_ = state.get("model") or {}, state.get("train") or {}
+    was = {"model": {**model, "pe": _canonical_pe(model.get("pe"))},
+           "train": _jsonable({k: train_.get(k) for k in RUN_FIELDS})}
+    diffs = [f"{part}.{k}: {was[part].get(k)!r} here, {ident[part].get(k)!r} asked"
+             for part in ("model", "train") for k in sorted(set(was[part]) | set(ident[part]))
+             if was[part].get(k) != ident[part].get(k)]
+    if "data" in state and state["data"] != ident["data"]: diffs.append("data: it was trained on other tokens")
+    if diffs:
+        raise RunMismatchError(f"the checkpoint at step {state.get('step')} in {str(run_dir)!r} belongs to another run "
+                               f"({'; '.join(diffs)}); it was not resumed: move its files away, or use a new run_dir")
+
 # %% ../nbs/52_train.ipynb #610599c3
+class StepInterrupted(BaseException):
+    "SIGTERM arrived during a step's forward and backward pass: the step is dropped, the weights are those of the last completed step."
+
+
 class _StopFlag:
-    "Turn SIGINT/SIGTERM into a flag checked between steps (main thread only; elsewhere a no-op)."
-    def __init__(self, enabled: bool = True): self.enabled, self.signum, self._old = enabled, None, {}
+    "Turn SIGINT/SIGTERM into a flag checked between steps (main thread only; elsewhere a no-op); SIGTERM during a step's forward/backward (`in_step`) raises `StepInterrupted` at once."
+    def __init__(self, enabled: bool = True): self.enabled, self.signum, self._old, self.in_step = enabled, None, {}, False
 
     def _handler(self, signum, frame):
         if self.signum == signal.SIGINT and signum == signal.SIGINT: raise KeyboardInterrupt  # second Ctrl-C
         self.signum = signum
+        if signum == signal.SIGTERM and self.in_step:   # a long step need not finish: no weight has changed yet
+            self.in_step = False
+            raise StepInterrupted
 
     def __enter__(self):
         if self.enabled and threading.current_thread() is threading.main_thread():
@@ -821,8 +886,10 @@ def _open_run(run_dir: Path, model_cfg, cfg, tokens, dd: _Distributed, stack: co
         stack.enter_context(exclusive_lock(run_dir / LOCK, f"run directory {str(run_dir)!r}"))
         removed = clean_run_dir(run_dir)
         if removed: say(f"removed {len(removed)} file(s) left by an interrupted save in {str(run_dir)!r}")
-        _check_same_run(run_dir, run_identity(model_cfg, cfg, tokens), tokens, say)
+        ident = run_identity(model_cfg, cfg, tokens)
+        _check_same_run(run_dir, ident, tokens, say)
         state = find_checkpoint(run_dir, say)
+        if state is not None: check_checkpoint_run(run_dir, state, ident)   # a checkpoint copied from another run
         if state is not None and not _pointer_ok(run_dir, state):
             atomic_write_bytes(run_dir / CKPT_JSON, (run_dir / _names(state["step"])[2]).read_bytes())
             say(f"{CKPT_JSON} did not name the newest valid checkpoint; rewritten to step {state['step']}")
@@ -900,6 +967,7 @@ def _loop(model, opt, scaler, model_cfg, cfg, tokens, run_dir, progress, val_tok
     queued: list[tuple[dict, Tensor, Tensor]] = []   # records whose loss / grad norm are still on the device
     pending: list[dict] = []                         # materialized records not yet in metrics.jsonl
     saved = {"step": last_good, "at": time.perf_counter(), "cost": 0.0}
+    data_print = tokens_fingerprint(tokens) if writes else None   # recorded in each checkpoint: the data it belongs to
 
     def last_good_text() -> str:
         if run_dir is None: return "none (no run_dir)"
@@ -909,9 +977,10 @@ def _loop(model, opt, scaler, model_cfg, cfg, tokens, run_dir, progress, val_tok
     def flush():
         if writes and pending:
             try:
-                with open(run_dir / METRICS, "a") as f: f.write("".join(json.dumps(r) + "\n" for r in pending))
-            except OSError as e:
-                raise CheckpointSaveError(f"could not write {METRICS} at step {pending[-1]['step']}: {e.strerror or e}; "
+                # in place, but never through a symlink or hard link planted at metrics.jsonl
+                append_bytes(run_dir / METRICS, "".join(json.dumps(r) + "\n" for r in pending).encode(), "training metrics")
+            except (OSError, ValueError) as e:
+                raise CheckpointSaveError(f"could not write {METRICS} at step {pending[-1]['step']}: {getattr(e, 'strerror', None) or e}; "
                                           f"last good checkpoint: {last_good_text()}") from None
         pending.clear()
 
@@ -937,7 +1006,7 @@ def _loop(model, opt, scaler, model_cfg, cfg, tokens, run_dir, progress, val_tok
         if writes:
             t = time.perf_counter()
             save_checkpoint(run_dir, model, opt, step, model_cfg, cfg, scaler, schedule=schedule, keep_last=cfg.keep_last,
-                            extra={"elapsed": elapsed0 + time.perf_counter() - t0})
+                            extra={"elapsed": elapsed0 + time.perf_counter() - t0, "data": data_print})
             saved["cost"] = time.perf_counter() - t
         saved["step"], saved["at"] = step, time.perf_counter()
 
@@ -946,20 +1015,32 @@ def _loop(model, opt, scaler, model_cfg, cfg, tokens, run_dir, progress, val_tok
     t0 = time.perf_counter()
     end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
     stopper = _StopFlag(enabled=run_dir is not None)
+    interruptible = run_dir is not None and dd.world == 1   # several processes finish the step together (collectives)
     try:
         with stopper:
             for step in range(start, end):
                 lr = lr_at(step, cfg, schedule)
                 for g in opt.param_groups: g["lr"] = lr
                 total = torch.zeros((), device=device)
-                for a in range(cfg.grad_accum):
-                    x, y = batch_at(tokens, step * cfg.grad_accum + a, cfg.batch_size, cfg.length, cfg.seed)
-                    x, y = (_to_device(rank_slice(t, dd.rank, dd.world), device) for t in (x, y))
-                    last = a == cfg.grad_accum - 1
-                    with (ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()):
-                        with autocast_context(device, cfg.dtype): _, loss = fwd(x, y)
-                        scaler.scale(loss / cfg.grad_accum).backward()
-                    total += loss.detach().float() / cfg.grad_accum
+                rng0 = _raw_rng() if interruptible else None       # what a checkpoint of the last completed step holds
+                try:
+                    stopper.in_step = interruptible
+                    for a in range(cfg.grad_accum):
+                        x, y = batch_at(tokens, step * cfg.grad_accum + a, cfg.batch_size, cfg.length, cfg.seed)
+                        x, y = (_to_device(rank_slice(t, dd.rank, dd.world), device) for t in (x, y))
+                        last = a == cfg.grad_accum - 1
+                        with (ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()):
+                            with autocast_context(device, cfg.dtype): _, loss = fwd(x, y)
+                            scaler.scale(loss / cfg.grad_accum).backward()
+                        total += loss.detach().float() / cfg.grad_accum
+                    stopper.in_step = False
+                except StepInterrupted:   # SIGTERM mid-step: drop its gradients, keep the steps done, exit as between steps
+                    opt.zero_grad(set_to_none=True)
+                    _restore_raw_rng(rng0)
+                    if step > (saved["step"] or 0): checkpoint(step)
+                    raise SystemExit(128 + int(signal.SIGTERM)) from None
+                finally:
+                    stopper.in_step = False
                 scaler.unscale_(opt)
                 gnorm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
                 scaler.step(opt); scaler.update(); opt.zero_grad(set_to_none=True)

@@ -261,3 +261,82 @@ def test_worker_processes_give_the_sequential_runs():
         assert par[k]["acc"] == seq[k]["acc"] and par[k]["ind"] == seq[k]["ind"]
         assert [e["loss"] for e in par[k]["log"]] == pytest.approx([e["loss"] for e in seq[k]["log"]], rel=1e-5)
 
+
+
+# --- the grid's results file is checked like any result; test lengths are checked before training ---
+
+import os
+import subprocess
+import sys
+import time
+
+import lengthx.tasks as tasks_mod
+from lengthx.tasks import check_test_lens, run_che_grid
+
+TINY = dict(task="even_pairs", pe="nope", steps=2, batch_size=2, n_layer=1, n_head=2, d_model=16, test_lens=(41,),
+            eval_batch=2, max_pos=128)
+
+
+def _no_training(monkeypatch):
+    "Make any training an error: a check that must come first is proven to come first."
+    def boom(*a, **k): raise AssertionError("training started")
+    monkeypatch.setattr(tasks_mod, "run_che_many", boom)
+
+
+def test_fifo_results_file_is_refused_not_read(tmp_path):
+    fifo = tmp_path / "che.json"
+    os.mkfifo(fifo)
+    code = ("from lengthx.tasks import CHEConfig, run_che_grid\n"
+            f"cfg = CHEConfig(**{TINY!r})\n"
+            "try: run_che_grid(['even_pairs'], ['nope'], cfg, " + repr(str(fifo)) + ", progress=False)\n"
+            "except ValueError as e: print('REFUSED', e)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    try: r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=90, env=env)
+    except subprocess.TimeoutExpired: pytest.fail("run_che_grid hangs on a FIFO results file")
+    assert "REFUSED" in r.stdout and "FIFO" in r.stdout and str(fifo) in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("content, says", [("[]", "JSON list"), ('{"runs": {\n', "not JSON")])
+def test_damaged_results_file_is_a_one_line_error_naming_it(tmp_path, monkeypatch, content, says):
+    _no_training(monkeypatch)
+    path = tmp_path / "che.json"
+    path.write_text(content)
+    with pytest.raises(ValueError) as e:
+        run_che_grid(["even_pairs"], ["nope"], CHEConfig(**TINY), path, progress=False)
+    msg = str(e.value)
+    assert str(path) in msg and says in msg and "\n" not in msg
+    assert path.read_text() == content                      # refused, never overwritten
+
+
+def test_results_file_is_checksummed_and_an_edit_is_refused(tmp_path):
+    path = tmp_path / "che.json"
+    res = run_che_grid(["even_pairs"], ["nope"], CHEConfig(**TINY), path, progress=False)
+    obj = json.loads(path.read_text())
+    assert "content_sha256" in obj and obj["runs"] == json.loads(json.dumps(res["runs"]))
+    obj["runs"]["even_pairs|nope"]["score"] = 1.0            # a hand edit
+    path.write_text(json.dumps(obj))
+    with pytest.raises(ValueError, match="edited by hand"):
+        run_che_grid(["even_pairs"], ["nope"], CHEConfig(**TINY), path, progress=False)
+
+
+def test_test_length_past_the_randomized_positions_is_refused_before_training(tmp_path, monkeypatch, capsys):
+    _no_training(monkeypatch)
+    cfg = CHEConfig(**{**TINY, "pe": "rope", "test_lens": (41, 10_000_000)})
+    with pytest.raises(ValueError, match="test length 10000000 .* does not fit in 128 randomized positions"):
+        check_test_lens(cfg)
+    with pytest.raises(ValueError, match="randomized positions"):
+        run_che_grid(["even_pairs"], ["rope"], cfg, tmp_path / "che.json", progress=False)
+    t0 = time.time()
+    assert tasks_main(["--task", "parity_check", "--pe", "rope", "--test-lens", "10000000", "--quiet",
+                       "--out", str(tmp_path / "r.json")]) == 2
+    assert time.time() - t0 < 10
+    assert "test length 10000000" in capsys.readouterr().err and not (tmp_path / "r.json").exists()
+
+
+def test_test_length_over_the_memory_budget_is_refused_before_training(tmp_path, monkeypatch):
+    _no_training(monkeypatch)
+    monkeypatch.setenv("LENGTHX_MEM_BUDGET", "4MiB")
+    cfg = CHEConfig(**{**TINY, "randomized": False, "test_lens": (41, 100_000)})
+    with pytest.raises(ValueError, match="test length 100000 needs an estimated .* more than the memory budget of 4.0 MiB"):
+        run_che_grid(["even_pairs"], ["nope"], cfg, tmp_path / "che.json", progress=False)
+    check_test_lens(CHEConfig(**{**TINY, "randomized": False, "test_lens": (41,)}))   # a short one fits
