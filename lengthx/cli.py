@@ -337,14 +337,13 @@ def tasks_command(a: argparse.Namespace) -> str:
 
 
 def _check_tasks_memory(a, base, known) -> None:
-    "The longest test input fits the randomized positions; training and test batches fit the memory: refused before any training."
+    "Each test length fits the run (tasks.check_test_lens); training and test batches fit the memory: refused before any training."
     from lengthx.evaluate import estimate_eval_memory, estimate_train_memory, format_bytes, memory_budget
+    from lengthx.tasks import check_test_lens
     top, budget = max(a.test_lens), memory_budget(None if a.device == "auto" else a.device)
     for t in a.tasks:
+        for pe in a.pes: check_test_lens(replace(base, task=t, pe=pe))
         T, Tt = top + known[t].output_length(top), a.train_len + known[t].output_length(a.train_len)
-        if not a.no_randomize and T > a.max_pos:
-            raise ValueError(f"--test-lens up to {top} gives {t} inputs of {T} tokens, more than the {a.max_pos} randomized "
-                             "positions; raise --max-pos or shorten --test-lens")
         cfgs = [replace(base, task=t, pe=pe).model_config() for pe in a.pes]   # a test draws all its strings (int64) at once
         need = max(max(estimate_eval_memory(c, T) + 24 * a.eval_batch * T, estimate_train_memory(c, Tt, batch=a.batch_size)) for c in cfgs)
         if need > budget:

@@ -47,7 +47,7 @@ def test_tasks_refuses_long_test_lengths_before_training(monkeypatch, capsys):
     monkeypatch.setattr(tasks, "run_che_grid", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
     assert main(["tasks", "--test-lens", "10000000", "--steps", "1", "--quiet"]) == 2
     assert "randomized positions" in capsys.readouterr().err
-    for extra, said in ((["--test-lens", "10000000", "--no-randomize"], "testing 64 of 20000000 tokens"),
+    for extra, said in ((["--test-lens", "10000000", "--no-randomize"], "at test length 10000000 needs an estimated"),
                         (["--eval-batch", "1000000000"], "testing 1000000000 of 1000 tokens"),
                         (["--batch-size", "100000000"], "training on 100000000 strings of 80 tokens")):
         assert main(["tasks", "--steps", "1", "--quiet", *extra]) == 2
