@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from .results import device_of, load_results, result_dirs
+from .results import CHECKSUM, device_of, load_results, result_dirs
 
 # %% auto #0
-__all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'CLAIMS', 'VERDICTS', 'READS_PREFIX', 'setup_key',
-           'Seeds', 'lm_records', 'gather', 'level', 'growth', 'yardstick', 't975', 'paired_interval', 'Comparison',
-           'values_of', 'compare', 'Claim', 'LedgerRow', 'judge', 'read_claim', 'gpu_presets', 'ledger', 'ledger_table',
-           'file_sha256', 'reads_line', 'reads']
+__all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES_PER_TOKEN', 'CLAIMS', 'VERDICTS',
+           'LEARNED_MARGIN', 'READS_PREFIX', 'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather', 'level',
+           'growth', 'yardstick', 't975', 'paired_interval', 'Comparison', 'values_of', 'compare', 'Claim', 'LedgerRow',
+           'side', 'judge', 'log_ratios', 'log_interval', 'read_claim', 'gpu_presets', 'ledger', 'ledger_table',
+           'payload_sha256', 'reads_line', 'reads']
 
 # %% ../nbs/57_evidence.ipynb #d5c5209f
 LM_UNITS = ("main", "seeds", "baselines", "cdape")        # units whose rows are trained language models, `spec|seed=N`
@@ -247,6 +248,9 @@ def compare(a: str, b: Union[str, float], quantity: str = "level", length: Optio
                       why, "no interval: fewer than two paired seeds")
 
 # %% ../nbs/57_evidence.ipynb #807085d2
+BYTES_PER_TOKEN = (3.0, 4.5)   # assumed bytes per BPE token of the papers' tokenizers (not measured: ~4 on English prose)
+
+
 @dataclass
 class Claim:
     "One headline claim of a seed paper, as a comparison of two specs (or a spec and a constant) the results can answer."
@@ -255,19 +259,19 @@ class Claim:
     claim: str
     a: str
     b: Union[str, float]
-    quantity: str            # 'level', 'growth', 'cost' (step-time ratio a/b) or 'che' (accuracy a - b)
+    quantity: str            # 'level', 'growth', 'cost' (step-time order a/b) or 'che' (accuracy a - b)
     factor: int              # the length as a multiple of the training length (level, growth)
-    expect: str              # '<' or '>': the paper's direction of a against b
+    expect: str              # '<' or '>': the paper's direction of a against b; '≤': not above b
     paper_a: Optional[float]
     paper_b: Optional[float]
     numbers: str             # the paper's numbers, as the paper gives them
+    yardstick: bool = False  # growth below 1 read as extrapolation: judged against the windowed model
 
-    def effect(self) -> Optional[float]:
-        "The paper's effect in the book's units: relative level difference, growth difference, cost ratio or accuracy gap."
-        if self.paper_a is None or self.paper_b is None: return None
-        if self.quantity == "level": return self.paper_a / self.paper_b - 1
-        if self.quantity == "cost": return self.paper_a / self.paper_b
-        return self.paper_a - self.paper_b
+    def effect(self, bpt: tuple = None) -> Optional[tuple]:
+        "The paper's effect per byte: ln(paper_a/paper_b) per BPE token divided by the bytes-per-token range, as (low, high)."
+        if self.paper_a is None or self.paper_b is None or self.quantity not in ("level", "growth"): return None
+        e, (lo, hi) = math.log(self.paper_a / self.paper_b), (bpt or BYTES_PER_TOKEN)
+        return tuple(sorted((e / lo, e / hi)))
 
 # %% ../nbs/57_evidence.ipynb #0fdd1948
 CLAIMS = [
@@ -280,17 +284,17 @@ CLAIMS = [
     Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(B) below the bare bias at 16×", "dape_fb:kerple_log", "kerple_log",
           "level", 16, "<", 23.49, 39.31, "23.49 vs 39.31 at 8192"),
     Claim("DAPE", "DAPE Table 6 (Books3, train 128)", "Transformer-XL extrapolates (growth below 1 at 16×)", "transformer_xl",
-          1.0, "growth", 16, "<", 27.90 / 31.57, 1.0, "31.57 → 27.90 at 2048"),
-    Claim("DAPE", "DAPE Table 1 (350M, train 512)", "DAPE-Kerple's step costs 1.18× Kerple's", "dape:kerple_log",
-          "kerple_log", "cost", 1, ">", 224, 190, "224 ms vs 190 ms"),
+          1.0, "growth", 16, "<", 27.90 / 31.57, 1.0, "31.57 → 27.90 at 2048", yardstick=True),
+    Claim("DAPE", "DAPE Table 1 (350M, train 512)", "DAPE-Kerple's step is slower than Kerple's", "dape:kerple_log",
+          "kerple_log", "cost", 1, ">", 224.22, 189.91, "224 ms vs 190 ms (1.18×; 1.14× at 2.7B, 1.08× at 6.7B)"),
     Claim("DAPE", "DAPE Table 2 (CHE, train 40)", "DAPE-Kerple above Kerple on even pairs", "dape:kerple_log", "kerple_log",
           "che", 1, ">", 99.58, 57.50, "99.58% vs 57.50%"),
     Claim("CDAPE", "DAPE v2 Table 1 (arXiv, train 128)", "CDAPE below DAPE at 8×", "cdape:k=3:kerple_log", "dape:kerple_log",
           "level", 8, "<", 5.05, 5.20, "5.05 vs 5.20 at 1024"),
     Claim("CDAPE", "DAPE v2 Table 10 (Books3, train 128)", "CoPE degrades: grows more than DAPE-Kerple to 16×", "cope",
           "dape:kerple_log", "growth", 16, ">", 33.80 / 31.61, 23.34 / 31.49, "g 1.069 vs 0.741 (33.80/31.61, 23.34/31.49)"),
-    Claim("CDAPE", "DAPE v2 app. K (350M, train 512)", "CDAPE-Kerple's step costs 1.33× Kerple's", "cdape:k=3:kerple_log",
-          "kerple_log", "cost", 1, ">", 253, 190, "253 ms vs 190 ms"),
+    Claim("CDAPE", "DAPE v2 app. K (350M, train 512)", "CDAPE-Kerple's step is slower than DAPE-Kerple's", "cdape:k=3:kerple_log",
+          "dape:kerple_log", "cost", 1, ">", 252.84, 224.22, "253 ms vs 224 ms (1.13×; the gap shrinks with size)"),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below ALiBi at 16×", "kerple_log", "alibi", "level", 16,
           "<", 5.01, 5.74, "5.01 vs 5.74 at 8192"),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below KERPLE-power at 16×", "kerple_log", "kerple_power",
@@ -300,8 +304,8 @@ CLAIMS = [
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "RoPE breaks past L (growth above 1 at 16×)", "rope", 1.0,
           "growth", 16, ">", 54.3 / 6.07, 1.0, "6.07 → 54.3 at 8192"),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "ALiBi flat (growth not above 1 at 16×)", "alibi", 1.0, "growth",
-          16, "<", 5.74 / 6.12, 1.0, "6.12 → 5.74 at 8192"),
-    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "T5 flat (growth not above 1 at 16×)", "t5", 1.0, "growth", 16, "<",
+          16, "≤", 5.74 / 6.12, 1.0, "6.12 → 5.74 at 8192"),
+    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "T5 flat (growth not above 1 at 16×)", "t5", 1.0, "growth", 16, "≤",
           5.54 / 6.03, 1.0, "6.03 → 5.54 at 8192"),
     Claim("BiPE", "BiPE §4.2, Figure 4 (PG19, train 1024)", "BiPE-ALiBi below ALiBi at 8×", "bipe:alibi", "alibi", "level",
           8, "<", 25.24, 28.59, "25.24 vs 28.59 at 8192"),
@@ -331,23 +335,67 @@ class LedgerRow:
         return getattr(self, k)
 
 
-VERDICTS = ("reproduced", "not reproduced", "opposite", "unresolved")
+VERDICTS = ("reproduced", "reproduced in fit only", "direction only", "not reproduced", "opposite", "not learned",
+            "unresolved")
 
 
-def judge(verdict: str, interval: Optional[tuple], expect: str, effect: Optional[float], why: str) -> tuple[str, str]:
-    "A ledger verdict from a comparison's verdict and interval (in the paper's units) against the paper's direction and effect."
+def side(iv: tuple) -> str:
+    "'<' when the whole interval is below 0, '>' when above, '≈' when it contains 0."
+    return "<" if iv[1] < 0 else ">" if iv[0] > 0 else "≈"
+
+
+def judge(interval: Optional[tuple], expect: str, effect: Optional[tuple], why: str = "") -> tuple[str, str]:
+    "One rule for every claim: the interval of ln(a/b) per byte against 0 and against the paper's effect range (same units)."
     if interval is None: return "unresolved", why
-    if verdict == expect: return "reproduced", "the paired interval excludes 0 on the paper's side"
-    if verdict in "<>": return "opposite", "the paired interval excludes 0 on the other side"
-    if effect is None: return "unresolved", "the interval contains 0 and the paper gives no number to size its effect"
     lo, hi = interval
-    ruled_out = (lo > effect) if expect == "<" else (hi < effect)
-    return (("not reproduced", f"the interval contains 0 and excludes the paper's effect ({effect:+.3g})") if ruled_out else
-            ("unresolved", f"the interval is wider than the paper's effect ({effect:+.3g})"))
+    if expect == "≤":                                          # 'not above': decided by the interval alone
+        return (("opposite", "the interval lies wholly above 0") if lo > 0 else
+                ("reproduced", "the interval reaches 0 or below: not shown to be above"))
+    s = side(interval)
+    if s not in ("≈", expect): return "opposite", "the interval excludes 0 on the other side"
+    if effect is None:
+        return (("reproduced", "the interval excludes 0 on the paper's side (the paper gives no number)") if s == expect else
+                ("unresolved", "the interval contains 0 and the paper gives no number to size its effect"))
+    e_lo, e_hi = effect
+    eff = f"the paper's effect per byte [{e_lo:+.3f}, {e_hi:+.3f}]"
+    clear = e_hi < lo or e_lo > hi                             # the converted range lies wholly outside the interval
+    if s == expect:
+        if not clear: return "reproduced", f"on the paper's side and the interval meets {eff}"
+        smaller = (e_hi < lo) if expect == "<" else (e_lo > hi)
+        return (("direction only", f"on the paper's side, smaller than {eff}") if smaller else
+                ("reproduced", f"on the paper's side, larger than {eff}"))
+    if clear: return "not reproduced", f"the interval contains 0 and excludes {eff}"
+    return "unresolved", f"the interval contains 0 and {eff}"
 
 # %% ../nbs/57_evidence.ipynb #ec1fdca8
+def log_ratios(cmp: Comparison) -> list[float]:
+    "ln(a/b) per paired seed of a comparison (perplexities per byte, or growths)."
+    return [math.log(cmp.a_values[n] / cmp.b_values[n]) for n in cmp.seeds]
+
+
+def log_interval(cmp: Comparison) -> Optional[tuple]:
+    "The 95% t-interval of the per-seed log ratios, or None with fewer than two seeds."
+    return paired_interval(log_ratios(cmp))[1] if cmp.n >= 2 else None
+
+
+def _fit_reading(c: Claim, bspec, L: int, recs, preset: str, gpu: bool) -> tuple[str, Optional[tuple], Optional[tuple]]:
+    "A level claim also read at L and as growth: (book text at L, level interval at L, growth interval) in ln(a/b)."
+    at1 = compare(c.a, bspec, "level", L, recs=recs, preset=preset, gpu=gpu)
+    g = compare(c.a, bspec, "growth", c.factor * L, recs=recs, preset=preset, gpu=gpu)
+    text = "" if at1.n == 0 else f"; P(L) {_mean(at1.a_values):.2f} vs {_mean(at1.b_values):.2f}"
+    return text, log_interval(at1), log_interval(g)
+
+
+def _yardstick_reading(c: Claim, L: int, recs, preset: str, gpu: bool) -> tuple[Optional[str], str]:
+    "For a growth-below-1 claim: the windowed model to read it against (its own, else any committed at L) and a line."
+    own = yardstick(c.a, recs, preset, gpu)[0]
+    wins = sorted({row["spec"] for r in lm_records(recs, preset, gpu) for row in r["result"]["rows"].values()
+                   if str(row.get("spec", "")).startswith(f"window:w={L}:")})
+    return (own or (wins[0] if wins else None)), ("its own" if own else "the committed")
+
+
 def _lm_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
-    "A language-model claim read from the results: (book numbers, seeds, interval in the paper's units, verdict, why, files)."
+    "A language-model claim read from the results: (book numbers, seeds, interval of ln(a/b) per byte, verdict, why, files)."
     a, b = gather(c.a, recs, preset, gpu), None
     L = a.train_len or next((gather(s, recs, preset, gpu).train_len for s in ("alibi", "rope") if gather(s, recs, preset, gpu).rows), 0)
     if not L: return "not committed", [], None, "unresolved", "no language-model result of this budget is committed", []
@@ -355,45 +403,77 @@ def _lm_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
     cmp = compare(c.a, bspec, c.quantity, c.factor * L, recs=recs, preset=preset, gpu=gpu)
     files = sorted(set(a.files.values()) | (set(gather(bspec, recs, preset, gpu).files.values()) if isinstance(bspec, str) else set()))
     if cmp.n == 0: return "not committed", [], None, "unresolved", cmp.why, files
-    scale = _mean(cmp.b_values) if c.quantity == "level" else 1.0          # a level's interval as a relative difference
-    iv = None if cmp.interval is None else (cmp.interval[0] / scale, cmp.interval[1] / scale)
+    iv = log_interval(cmp)
     book = f"{_fmt(c.quantity, _mean(cmp.a_values))} vs " + (cmp.b if _is_const(cmp.b) else _fmt(c.quantity, _mean(cmp.b_values)))
-    verdict, why = judge(cmp.verdict, iv, c.expect, c.effect(), cmp.why)
+    verdict, why = judge(iv, c.expect, c.effect(), cmp.why)
+    if c.quantity == "level" and c.factor > 1:
+        text, iv1, ivg = _fit_reading(c, bspec, L, recs, preset, gpu)
+        book += text
+        if verdict in ("reproduced", "direction only") and iv1 is not None and side(iv1) == c.expect and (
+                ivg is None or side(ivg) != c.expect):
+            verdict, why = "reproduced in fit only", (f"the gap is already there at L (ln ratio [{iv1[0]:+.3f}, {iv1[1]:+.3f}]) "
+                                                      f"and does not grow (growth ln ratio " + (
+                                                      f"[{ivg[0]:+.3f}, {ivg[1]:+.3f}])" if ivg else "has no interval)"))
+    if c.yardstick and verdict == "reproduced":
+        win, whose = _yardstick_reading(c, L, recs, preset, gpu)
+        w = gather(win, recs, preset, gpu) if win else None
+        wg = growth(w, c.factor * L) if w else {}
+        if len(wg) >= 2:
+            verdict, why = judge(log_interval(compare(c.a, win, "growth", c.factor * L, recs=recs, preset=preset, gpu=gpu)),
+                                 "<", None, "")
+            why = f"against {whose} windowed model `{win}`: {why}"
+        else:
+            verdict = "unresolved"
+            why = ("yardstick has one seed: " + ", ".join(f"{whose} windowed model `{win}` grows ×{v:.3f} (seed {n}, shown, not ranked)"
+                                                         for n, v in wg.items()) if wg else "no windowed model is committed") + \
+                  "; growth below 1 alone does not show extrapolation"
     return book, cmp.seeds, iv, verdict, why, files
 
 
 def _cost_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
-    "A cost claim: the ratio of training-step times, its range over the repetitions, against the paper's ratio."
+    "A cost claim judged on order: is a's training step slower than b's in every repetition (the paper's ratio depends on scale)?"
     rec = next((r for r in recs if r["unit"] == "cost" and r["preset"] == preset and (device_of(r) != "cpu") == gpu), None)
     if rec is None: return "not committed", [], None, "unresolved", "no cost result of this budget is committed", []
     step = {r["pe"]: r for r in rec["result"]["model"]["train"]}
     if c.a not in step or c.b not in step: return "not measured", [], None, "unresolved", f"{c.a} or {c.b} not in the cost result", []
     A, B = step[c.a], step[c.b]
-    r, iv = A["seconds"] / B["seconds"], (A["min_seconds"] / B["max_seconds"], A["max_seconds"] / B["min_seconds"])
-    want = c.paper_a / c.paper_b
-    verdict, why = (("reproduced", f"the range over repetitions contains the paper's ratio {want:.2f}") if iv[0] <= want <= iv[1] else
-                    ("opposite", "the step is not slower") if iv[1] < 1 else
-                    ("not reproduced", f"the range over repetitions excludes the paper's ratio {want:.2f} "
-                                       f"({rec['result']['model']['preset']} model, T = {rec['result']['model']['length']}, {device_of(rec)})"))
-    return f"{r:.2f}×", [], iv, verdict, why, [Path(rec["file"]).name]
+    r, (lo, hi) = A["seconds"] / B["seconds"], (A["min_seconds"] / B["max_seconds"], A["max_seconds"] / B["min_seconds"])
+    m = rec["result"]["model"]
+    scale = f"{m['preset']} model, T = {m['length']}, {device_of(rec)}; the paper's ratio depends on the model's size"
+    verdict, why = (("reproduced", f"slower in every repetition pairing ({scale})") if lo > 1 else
+                    ("opposite", f"faster in every repetition pairing ({scale})") if hi < 1 else
+                    ("unresolved", f"the repetitions overlap ({scale})"))
+    return f"{r:.2f}× (repetitions {lo:.2f}× to {hi:.2f}×)", [], None, verdict, why, [Path(rec["file"]).name]
+
+
+LEARNED_MARGIN = 0.1   # in-distribution accuracy this far above chance counts as having learned the task (a chosen threshold)
 
 
 def _che_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
-    "The CHE claim: accuracy on even pairs averaged over the test lengths, per seed of the `che` unit."
+    "The CHE claim: accuracy on even pairs averaged over the test lengths, per seed; 'not learned' when neither model learned it in distribution."
     got = [r for r in recs if r["unit"] == "che" and r["preset"] == preset and (device_of(r) != "cpu") == gpu]
     if not got: return "not committed", [], None, "unresolved", "no CHE result of this budget is committed", []
-    acc = lambda r, pe: sum(r["result"]["runs"][f"even_pairs|{pe}"]["acc"].values()) / len(r["result"]["runs"][f"even_pairs|{pe}"]["acc"])
+    run = lambda r, pe: r["result"]["runs"][f"even_pairs|{pe}"]
+    acc = lambda r, pe: sum(run(r, pe)["acc"].values()) / len(run(r, pe)["acc"])
     seeds = sorted({int(r["settings"].get("seed", 0)) for r in got})
     book = "; ".join(f"{100 * acc(r, c.a):.1f}% vs {100 * acc(r, c.b):.1f}%" for r in got)
+    files = sorted(Path(r["file"]).name for r in got)
+    unlearned = [r for r in got if all(run(r, pe)["ind"] < run(r, pe)["chance"] + LEARNED_MARGIN for pe in (c.a, c.b))]
+    if unlearned:
+        r = unlearned[0]
+        loss = ", ".join(f"{run(r, pe)['log'][-1]['loss']:.3f}" for pe in (c.a, c.b))
+        return book, seeds, None, "not learned", (
+            f"neither model learned the task in distribution (accuracy {run(r, c.a)['ind']:.2f} and {run(r, c.b)['ind']:.2f}, "
+            f"chance {run(r, c.a)['chance']:.2f}; final loss {loss}, ln 2 = {math.log(2):.3f})"), files
     why = "one seed: shown, never ranked" if len(seeds) < 2 else "CHE seeds are not paired by this ledger yet"
-    return book, seeds, None, "unresolved", why, sorted(Path(r["file"]).name for r in got)
+    return book, seeds, None, "unresolved", why, files
 
 # %% ../nbs/57_evidence.ipynb #3401f082
 def _metric(c: Claim) -> str:
     "The quantity a claim reads, in words."
-    return {"level": f"perplexity at {c.factor}×, same targets; interval: relative difference a/b − 1",
-            "growth": f"growth P({c.factor}L)/P(L), same targets; interval: difference of growths",
-            "cost": "training-step time ratio a/b; interval: range over repetitions",
+    return {"level": f"perplexity per byte at {c.factor}×, same targets; interval: ln(P_a/P_b) per byte",
+            "growth": f"growth P({c.factor}L)/P(L), same targets; interval: ln(g_a/g_b)",
+            "cost": "training-step time a/b; judged on order",
             "che": "accuracy, mean over test lengths"}[c.quantity]
 
 
@@ -429,7 +509,8 @@ def _iv(iv: Optional[tuple]) -> str:
 
 def ledger_table(rows: Sequence[LedgerRow]) -> str:
     "The ledger as a markdown table."
-    out = ["| paper | where | claim | measure | paper's numbers | book | seeds | interval | verdict | why | GPU |", "|---" * 11 + "|"]
+    out = ["| paper | where | claim | measure | paper's numbers | book | seeds | 95% interval of ln(a/b) per byte | verdict | why | GPU |",
+           "|---" * 11 + "|"]
     for r in rows:
         out.append(f"| {r.paper} | {r.where} | {r.claim} | {r.metric.split(';')[0]} | {r.paper_numbers} | {r.book} | "
                    f"{', '.join(map(str, r.seeds)) or '—'} | {_iv(r.interval)} | **{r.verdict}** | {r.why} | {r.gpu} |")
@@ -439,9 +520,14 @@ def ledger_table(rows: Sequence[LedgerRow]) -> str:
 READS_PREFIX = "Committed results read:"
 
 
-def file_sha256(path: Union[str, Path]) -> str:
-    "The SHA-256 of a file's bytes, in hex."
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+METADATA = (CHECKSUM, "provenance", "reattested")      # keys that say how a result was made, not what it is
+
+
+def payload_sha256(path: Union[str, Path]) -> str:
+    "SHA-256 of a result file's payload: its JSON without `METADATA`, canonical (sorted keys, no spaces), in hex."
+    obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    body = {k: v for k, v in obj.items() if k not in METADATA} if isinstance(obj, dict) else obj
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
 def _result_path(f) -> Path:
@@ -455,9 +541,9 @@ def _result_path(f) -> Path:
 
 
 def reads_line(*files) -> str:
-    "The provenance line of `reads`: each file's name and the first 16 hex digits of its SHA-256, sorted by name."
+    "The provenance line of `reads`: each file's name and the first 16 hex digits of its payload hash, sorted by name."
     paths = {p.name: p for p in map(_result_path, files)}
-    return READS_PREFIX + " " + ", ".join(f"{n} (sha256 {file_sha256(p)[:16]})" for n, p in sorted(paths.items()))
+    return READS_PREFIX + " " + ", ".join(f"{n} (payload sha256 {payload_sha256(p)[:16]})" for n, p in sorted(paths.items()))
 
 
 def reads(*files) -> None:

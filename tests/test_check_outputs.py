@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from lengthx.evidence import READS_PREFIX, reads_line
+from lengthx.results import read_results, reattest, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "check_outputs.py"
@@ -28,7 +29,10 @@ def copy_checkout(tmp: Path) -> Path:
 
 
 def test_the_tool_reads_the_line_evidence_writes():
-    assert CO.PREFIX == READS_PREFIX
+    from lengthx.evidence import METADATA, payload_sha256
+    assert CO.PREFIX == READS_PREFIX and CO.METADATA == METADATA
+    f = ROOT / "nbs" / "results" / "main_cpu.json"
+    assert CO.payload_sha256(f) == payload_sha256(f)
     line = reads_line(ROOT / "nbs" / "results" / "main_cpu.json")
     name, h = CO.ITEM.findall(line)[0]
     assert name == "main_cpu.json" and len(h) == 16
@@ -45,8 +49,10 @@ def test_fails_on_a_changed_result_naming_chapter_and_file(tmp_path):
     root = copy_checkout(tmp_path)
     assert run(root).returncode == 0
     f = root / "nbs" / "results" / "main_cpu.json"
-    obj = json.loads(f.read_text()); obj["result"]["rows"]["alibi|seed=0"]["ppl"]["last_k_common"]["1024"] += 0.01
-    f.write_text(json.dumps(obj))
+    reattest(f)                                                             # metadata only: still current
+    assert run(root).returncode == 0
+    obj = read_results(f); obj["result"]["rows"]["alibi|seed=0"]["ppl"]["last_k_common"]["1024"] += 0.01
+    write_results(f, obj)                                                   # a fresh checksum does not hide the change
     out = run(root)
     assert out.returncode == 1
     stale = [l for l in out.stdout.splitlines() if l.startswith("STALE")]

@@ -94,11 +94,87 @@ def test_yardstick_named_only_when_committed():
     assert name is None and "no window yardstick" in why
 
 
-@pytest.mark.parametrize("verdict, iv, want", [("<", (-0.3, -0.1), "reproduced"), (">", (0.1, 0.3), "opposite"),
-                                               ("≈", (-0.05, 0.05), "not reproduced"), ("≈", (-0.5, 0.05), "unresolved"),
-                                               ("≈", None, "unresolved")])
-def test_judge(verdict, iv, want):
-    assert E.judge(verdict, iv, "<", -0.2, "why")[0] == want
+EFF = (-0.2, -0.1)            # a paper's effect range in ln(a/b) per byte
+
+
+@pytest.mark.parametrize("iv, expect, want", [((-0.3, -0.15), "<", "reproduced"), ((-0.5, -0.3), "<", "reproduced"),
+                                              ((-0.05, -0.01), "<", "direction only"), ((-0.05, 0.05), "<", "not reproduced"),
+                                              ((-0.15, 0.05), "<", "unresolved"), ((0.1, 0.3), "<", "opposite"),
+                                              (None, "<", "unresolved"), ((-0.1, 0.2), "≤", "reproduced"),
+                                              ((0.01, 0.2), "≤", "opposite")])
+def test_judge_one_rule_for_both_sides(iv, expect, want):
+    assert E.judge(iv, expect, EFF if expect == "<" else None, "why")[0] == want
+
+
+def test_judge_sizes_the_reproduced_side_too():
+    # the old rule called any interval on the paper's side 'reproduced'; one far smaller than the paper's effect is not
+    assert E.judge((-0.02, -0.01), "<", (-0.5, -0.3))[0] == "direction only"
+    assert E.judge((-0.02, -0.01), "<", None)[0] == "reproduced"          # no number: a direction claim
+
+
+def test_effect_is_the_papers_log_ratio_per_byte():
+    c = E.Claim("P", "T", "a below b", "a", "b", "level", 16, "<", 5.0, 10.0, "")
+    lo, hi = c.effect()
+    assert math.isclose(lo, math.log(0.5) / 3.0) and math.isclose(hi, math.log(0.5) / 4.5)
+    assert c.effect((2.0, 2.0)) == (math.log(0.5) / 2, math.log(0.5) / 2)
+    assert E.Claim("P", "T", "c", "a", "b", "cost", 1, ">", 2.0, 1.0, "").effect() is None
+
+
+def scaled(at1: float, at16: float) -> list:
+    "a = b * factor at L and at 16L, three seeds of different levels."
+    rows = {("b", n): curve(10 + 3 * n, 12 + 5 * n) for n in range(3)}
+    rows |= {("a", n): curve(at1 * (10 + 3 * n), at16 * (12 + 5 * n)) for n in range(3)}
+    return [rec("main", rows)]
+
+
+def test_level_interval_is_on_per_seed_log_ratios():
+    claim = E.Claim("P", "T", "a below b", "a", "b", "level", 16, "<", 0.9, 1.0, "")
+    row = E.ledger(scaled(1.0, 0.9), [claim])[0]
+    assert all(math.isclose(x, math.log(0.9)) for x in row.interval)      # old: paired mean difference / mean(b)
+    assert row.verdict == "reproduced" and "P(L)" in row.book
+
+
+def test_a_gap_already_there_at_L_is_fit_only():
+    claim = E.Claim("P", "T", "a below b", "a", "b", "level", 16, "<", 0.9, 1.0, "")
+    row = E.ledger(scaled(0.9, 0.9), [claim])[0]
+    assert row.verdict == "reproduced in fit only" and "already there at L" in row.why
+
+
+def test_growth_below_one_is_read_against_the_yardstick():
+    claim = E.Claim("P", "T", "a extrapolates", "a", 1.0, "growth", 16, "<", 0.9, 1.0, "", yardstick=True)
+    rows = {("a", n): curve(10 + n, 9 + n) for n in range(3)} | {("window:w=64:a", 0): curve(10, 9.5)}
+    row = E.ledger([rec("main", rows)], [claim])[0]
+    assert row.verdict == "unresolved" and row.why.startswith("yardstick has one seed") and "×0.950" in row.why
+    rows |= {("window:w=64:a", n): curve(10 + n, 9 + n) for n in (1, 2)} | {("window:w=64:a", 0): curve(10, 9)}
+    assert E.ledger([rec("main", rows)], [claim])[0].verdict == "unresolved"     # same growth as the window: 0 in the interval
+    rows |= {("window:w=64:a", n): curve(10 + n, 10 + n + 0.01 * n) for n in range(3)}
+    row = E.ledger([rec("main", rows)], [claim])[0]
+    assert row.verdict == "reproduced" and "windowed model" in row.why
+
+
+def che(ind: float) -> dict:
+    run = lambda: {"acc": {"41": 0.5}, "ind": ind, "chance": 0.5, "log": [{"loss": 0.693}]}
+    return {"unit": "che", "preset": "cpu", "settings": {"seed": 0}, "provenance": {"device": "cpu"},
+            "result": {"runs": {"even_pairs|a": run(), "even_pairs|b": run()}}, "file": "/x/che_cpu.json"}
+
+
+def test_che_models_that_did_not_learn_are_not_learned():
+    claim = E.Claim("P", "T", "a above b", "a", "b", "che", 1, ">", 99.0, 57.0, "")
+    assert E.ledger([che(0.52)], [claim])[0].verdict == "not learned"
+    assert E.ledger([che(0.95)], [claim])[0].verdict == "unresolved"
+
+
+def cost(a: tuple, b: tuple) -> dict:
+    step = lambda pe, t: {"pe": pe, "seconds": t[1], "min_seconds": t[0], "max_seconds": t[2]}
+    return {"unit": "cost", "preset": "cpu", "settings": {}, "provenance": {"device": "cpu"}, "file": "/x/cost_cpu.json",
+            "result": {"model": {"preset": "small", "length": 512, "train": [step("a", a), step("b", b)]}}}
+
+
+def test_cost_is_judged_on_order_not_on_the_papers_ratio():
+    claim = E.Claim("P", "T", "a slower", "a", "b", "cost", 1, ">", 1.18, 1.0, "")
+    assert E.ledger([cost((1.5, 1.6, 1.7), (1.0, 1.05, 1.1))], [claim])[0].verdict == "reproduced"   # 1.5×, not 1.18×
+    assert E.ledger([cost((0.8, 0.85, 0.9), (1.0, 1.05, 1.1))], [claim])[0].verdict == "opposite"
+    assert E.ledger([cost((1.0, 1.05, 1.1), (1.0, 1.05, 1.1))], [claim])[0].verdict == "unresolved"
 
 
 def test_ledger_on_the_committed_results():
@@ -106,25 +182,32 @@ def test_ledger_on_the_committed_results():
     assert len(rows) >= 12 and len({r.paper for r in rows}) >= 4
     for r in rows:
         assert r["verdict"] in E.VERDICTS and r["paper"] and r["claim"] and r["why"] and isinstance(r["seeds"], list)
-        if len(r.seeds) == 1: assert r.verdict == "unresolved"
-        if r.verdict in ("reproduced", "opposite", "not reproduced") and "time" not in r.metric: assert len(r.seeds) >= 2
+        if len(r.seeds) == 1: assert r.verdict in ("unresolved", "not learned")
+        if r.verdict in ("reproduced", "opposite", "not reproduced", "direction only") and "time" not in r.metric:
+            assert len(r.seeds) >= 2
     assert all(r.gpu == "—" for r in rows) == (not E.gpu_presets(E.load_results()))
 
 
 def test_ledger_reads_a_gpu_column_when_a_gpu_result_is_present():
     claim = E.Claim("P", "T", "a below b", "a", "b", "level", 16, "<", 1.0, 2.0, "1 vs 2")
     cpu = three_seeds(-1.0)
-    gpu = [rec("main", {("a", n): curve(5, 5 + n * 0.01) for n in range(3)} | {("b", n): curve(6, 6) for n in range(3)},
+    gpu = [rec("main", {("a", n): curve(6, 5 + n * 0.01) for n in range(3)} | {("b", n): curve(6, 6) for n in range(3)},
                preset="colab", gpu=True)]
     assert E.ledger(cpu, [claim])[0].gpu == "—"
     row = E.ledger(cpu + gpu, [claim])[0]
-    assert row.verdict == "reproduced" and row.gpu.startswith("reproduced (colab, 3 seeds)")
+    assert row.verdict == "reproduced in fit only" and row.gpu.startswith("reproduced (colab, 3 seeds)")   # CPU: the gap is there at L
 
 
-def test_reads_line_names_each_file_with_its_hash(tmp_path):
-    f = tmp_path / "main_cpu.json"; f.write_text("{}")
+def test_reads_line_names_each_file_with_its_payload_hash(tmp_path):
+    from lengthx.results import reattest, write_results
+    f = tmp_path / "main_cpu.json"
+    write_results(f, {"unit": "main", "result": {"x": 1.0}, "provenance": {"time": "t"}})
     line = E.reads_line(f)
-    assert line == f"{E.READS_PREFIX} main_cpu.json (sha256 {E.file_sha256(f)[:16]})"
+    assert line == f"{E.READS_PREFIX} main_cpu.json (payload sha256 {E.payload_sha256(f)[:16]})"
+    reattest(f)                                                   # metadata only: the payload hash stays
+    assert E.reads_line(f) == line
+    write_results(f, {"unit": "main", "result": {"x": 1.01}, "provenance": {"time": "t"}})
+    assert E.reads_line(f) != line                                # a number changed: the hash changes
     with pytest.raises(ValueError, match="at least one"): E.reads()
     with pytest.raises(ValueError, match="no result file"): E.reads_line("no_such_result.json")
 

@@ -3,9 +3,10 @@
     python tools/check_outputs.py [ROOT]     # ROOT defaults to this checkout
 
 A chapter that reads committed results calls `lengthx.evidence.reads(...)`, which prints one line into the
-chapter's stored outputs: `Committed results read: main_cpu.json (sha256 02eaadcf66d0a4f0), …`. This tool reads
-that line from every `nbs/*.ipynb` (nothing is executed) and compares each hash with the SHA-256 of
-`nbs/results/<name>` now. It fails, naming the chapter and the file, when a file changed (or is gone) since the
+chapter's stored outputs: `Committed results read: main_cpu.json (payload sha256 02eaadcf66d0a4f0), …`. This tool
+reads that line from every `nbs/*.ipynb` (nothing is executed) and compares each hash with the payload hash of
+`nbs/results/<name>` now: the SHA-256 of its JSON without provenance and checksum (`lengthx.evidence.payload_sha256`),
+so a changed number is caught and a metadata-only change (a checksum added, a re-attested file) is not. It fails, naming the chapter and the file, when a file changed (or is gone) since the
 chapter's outputs were made: re-execute the chapter (`python tools/nbtool.py run nbs/X.ipynb`, then `nbdev_clean`).
 Chapters without the line are not checked; the tool says how many chapters are covered.
 """
@@ -18,7 +19,15 @@ import sys
 from pathlib import Path
 
 PREFIX = "Committed results read:"                       # lengthx.evidence.READS_PREFIX (kept here: the tool imports nothing)
-ITEM = re.compile(r"([\w.+-]+\.json) \(sha256 ([0-9a-f]{16,64})\)")
+ITEM = re.compile(r"([\w.+-]+\.json) \(payload sha256 ([0-9a-f]{16,64})\)")
+METADATA = ("content_sha256", "provenance", "reattested")   # lengthx.evidence.METADATA
+
+
+def payload_sha256(path: Path) -> str:
+    "SHA-256 of a result file's JSON without `METADATA`, canonical (sorted keys, no spaces); as lengthx.evidence.payload_sha256."
+    obj = json.loads(path.read_text(encoding="utf-8"))
+    body = {k: v for k, v in obj.items() if k not in METADATA} if isinstance(obj, dict) else obj
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
 def output_texts(nb: dict) -> list[str]:
@@ -55,9 +64,9 @@ def problems(root: Path) -> tuple[list[str], int, int]:
             if not path.exists():
                 bad.append(f"{nb.relative_to(root)}: its outputs read {name}, which is not committed in nbs/results")
                 continue
-            have = hashlib.sha256(path.read_bytes()).hexdigest()
+            have = payload_sha256(path)
             if not have.startswith(want):
-                bad.append(f"{nb.relative_to(root)}: its outputs were made from {name} with sha256 {want}, the committed file "
+                bad.append(f"{nb.relative_to(root)}: its outputs were made from {name} with payload sha256 {want}, the committed file "
                            f"has {have[:len(want)]}; re-execute the chapter")
     return bad, covered, len(chapters)
 
