@@ -199,7 +199,7 @@ def check(id: str, fn: Callable, quiet: bool = False) -> bool:
     errors = [err for _, err in results if err is not None]
     if errors and all(isinstance(err, NotAttempted) for err in errors):   # still the stub: an invitation, not a failure
         print(f"Exercise {id} — {ex.title}: not attempted yet. Replace the stub's body and run this cell again; "
-              f"{len(results)} property checks are waiting.")
+              f"{len(results)} property check{'s are' if len(results) != 1 else ' is'} waiting.")
         return False
     print(f"Exercise {id} — {ex.title}: {sum(err is None for _, err in results)}/{len(results)} checks passed.")
     for name, err in results: print(f"  {'✓' if err is None else '✗'} {name}")

@@ -62,7 +62,7 @@ passed = check("10.1", rope_rotate_half)
 
 def layout_permutation(d):
     "Exercise 10.2: the permutation π as a list of d indices — replace this stub."
-    return None
+    raise NotImplementedError
 
 passed = check("10.2", layout_permutation)""")
 
