@@ -20,10 +20,10 @@ from torch import Tensor, nn
 __all__ = ['PATHS', 'CHUNK_AUTO_LEN', 'CHUNK_INFER_LEN', 'CHUNK_TRAIN_LEN', 'MAX_SPEC_DEPTH', 'Positions', 'PEContext', 'PE',
            'WrappedPE', 'causal_mask', 'parts_off', 'pick_path', 'consecutive', 'toeplitz_ok', 'offsets_bias_row',
            'toeplitz', 'KeyReversedMask', 'toeplitz_key_reversed', 'relative_bias_matrix', 'additive_mask',
-           'toeplitz_block', 'ToeplitzBlock', 'attention', 'attend_lse', 'merge_parts', 'band_attend', 'index_offset',
-           'attention_at', 'Opt', 'PEFamily', 'register_pe', 'known_pes', 'pe_examples', 'PESpecError',
-           'unknown_pe_error', 'parse_spec', 'canonical_spec', 'build_pe', 'pe_help', 'pe_options_markdown',
-           'check_paths_agree', 'check_spec', 'expand_specs']
+           'toeplitz_block', 'ToeplitzBlock', 'check_attention_inputs', 'attention', 'attend_lse', 'merge_parts',
+           'band_attend', 'index_offset', 'attention_at', 'Opt', 'PEFamily', 'register_pe', 'known_pes', 'pe_examples',
+           'PESpecError', 'unknown_pe_error', 'parse_spec', 'canonical_spec', 'build_pe', 'pe_help',
+           'pe_options_markdown', 'check_paths_agree', 'check_spec', 'expand_specs']
 
 # %% ../nbs/01_attention.ipynb #8cada530
 @dataclass
@@ -436,11 +436,28 @@ def _chunked(q, k, v, pe, pos, causal, layer, scale, block):
 
 
 # %% ../nbs/01_attention.ipynb #d6ed26b3
+_ATTN_HOOKS = ("rotate", "bias", "refine", "logits", "value", "attend")
+
+def check_attention_inputs(q: Tensor, k: Tensor, v: Tensor, pe: PE, pos: Positions) -> None:
+    "One-line ValueError for q/k/v/pos/PE shapes that disagree; shape comparisons only, so it costs nothing. K/V length must equal Q's: a KV cache goes through `attention_at`."
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4: raise ValueError(f"q, k, v must be [B, H, T, Dh], got {name} of shape {tuple(t.shape)}")
+    (B, H, T, Dh), (Bk, Hk, Tk, Dk), (Bv, Hv, Tv, _) = q.shape, k.shape, v.shape
+    if (Bk, Hk, Dk) != (B, H, Dh): raise ValueError(f"k must match q's batch, heads and head size {(B, H, Dh)}, got k of shape {tuple(k.shape)} (repeat grouped K/V heads first)")
+    if (Bv, Hv) != (B, H): raise ValueError(f"v must match q's batch and heads {(B, H)}, got v of shape {tuple(v.shape)}")
+    if Tk != Tv: raise ValueError(f"k and v must have the same length, got {Tk} keys and {Tv} values")
+    if Tk != T: raise ValueError(f"attention needs as many keys as queries, got {T} queries and {Tk} keys; use attention_at for queries after a KV cache")
+    if len(pos.shape) != 2 or pos.shape[1] != T or pos.shape[0] not in (1, B): raise ValueError(f"pos must cover the {T} queries of a batch of {B} ([{B} or 1, {T}]), got positions of shape {tuple(pos.shape)}")
+    per_head = any(getattr(pe, "uses_" + h) for h in _ATTN_HOOKS)   # a PE without attention hooks (NoPE, embedding-only PEs) has no per-head state here
+    if per_head and (pe.ctx.n_heads, pe.ctx.head_dim) != (H, Dh):
+        raise ValueError(f"PE {pe.spec!r} was built for {pe.ctx.n_heads} heads of size {pe.ctx.head_dim}, but q has {H} heads of size {Dh}; build it with n_heads={H}, head_dim={Dh}")
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, pe: PE, pos: Positions, *, causal: bool = True, layer: int = 0,
               path: str = "auto", return_weights: bool = False, bias: Optional[Tensor] = None,
               block: int = 256, mask: Optional[Tensor] = None):
     "Multi-head attention [B, H, T, Dh] with positional encoding `pe`: rotate, scale, bias, refine, mask, softmax; `mask` (sdpa only) from `additive_mask`."
-    if q.dim() != 4: raise ValueError(f"q, k, v must be [B, H, T, Dh], got q of shape {tuple(q.shape)}")
+    check_attention_inputs(q, k, v, pe, pos)
     if path == "auto": path = pick_path(pe, q.shape[2], q.device, return_weights)
     if path not in PATHS: raise ValueError(f"unknown attention path {path!r}; choose from {PATHS + ('auto',)}")
     if return_weights and path != "naive": raise ValueError("only the 'naive' path returns attention weights")

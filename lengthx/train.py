@@ -33,18 +33,19 @@ import lengthx
 from .data import LockedError, append_bytes, atomic_write_bytes, batch_at, corpus_tokens, exclusive_lock, open_regular, read_regular
 from .attention import canonical_spec
 from .evaluate import available_memory, estimate_train_memory, format_bytes
-from .model import GPT, PRESETS, GPTConfig
+from .model import GPT, PRESETS, GPTConfig, flops_per_token
 
 # %% auto #0
 __all__ = ['QUICK', 'SEED_MAX', 'RUN_FIELDS', 'DECAY_MODULES', 'CKPT_FORMAT', 'RUN_FORMAT', 'CKPT_JSON', 'RUN_JSON', 'METRICS',
-           'LOCK', 'MAX_STATE_BYTES', 'CURRENT_RUN', 'check_seed', 'TrainConfig', 'lr_at', 'available_devices',
-           'resolve_device', 'decay_parameters', 'make_optimizer', 'seed_everything', 'autocast_context',
-           'CheckpointError', 'CheckpointSaveError', 'RunMismatchError', 'TrainingDiverged', 'state_digest',
-           'flatten_optimizer_state', 'unflatten_optimizer_state', 'list_checkpoints', 'save_checkpoint',
-           'verify_checkpoint', 'read_checkpoint_state', 'find_checkpoint', 'weight_shapes', 'check_weights_fit_config',
-           'load_checkpoint', 'load_model', 'clean_run_dir', 'spread_positions', 'tokens_fingerprint', 'run_identity',
-           'check_checkpoint_run', 'StepInterrupted', 'dist_env', 'rank_slice', 'eval_loss', 'train', 'source_sha256',
-           'source_sha256_at', 'package_provenance', 'checkpoint_step', 'train_run']
+           'LOCK', 'MAX_STATE_BYTES', 'THROUGHPUT', 'MAX_STEP_SECONDS', 'CURRENT_RUN', 'check_seed', 'TrainConfig',
+           'lr_at', 'available_devices', 'resolve_device', 'decay_parameters', 'make_optimizer', 'seed_everything',
+           'autocast_context', 'CheckpointError', 'CheckpointSaveError', 'RunMismatchError', 'TrainingDiverged',
+           'state_digest', 'flatten_optimizer_state', 'unflatten_optimizer_state', 'list_checkpoints',
+           'save_checkpoint', 'verify_checkpoint', 'read_checkpoint_state', 'find_checkpoint', 'weight_shapes',
+           'check_weights_fit_config', 'load_checkpoint', 'load_model', 'clean_run_dir', 'spread_positions',
+           'tokens_fingerprint', 'run_identity', 'check_checkpoint_run', 'StepInterrupted', 'dist_env', 'rank_slice',
+           'eval_loss', 'estimate_step_seconds', 'train', 'source_sha256', 'source_sha256_at', 'package_provenance',
+           'checkpoint_step', 'train_run']
 
 # %% ../nbs/52_train.ipynb #48e310cb
 QUICK = os.environ.get("LENGTHX_FULL") != "1"
@@ -101,6 +102,7 @@ class TrainConfig:
     keep_last: int = 2           # how many checkpoints the run directory keeps (the newest)
     eval_every: int = 0          # validation-loss interval (0: never); needs val_tokens
     eval_batches: int = 4
+    i_know: bool = False         # train even when one step is estimated above MAX_STEP_SECONDS (not part of the run's identity)
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "length", "grad_accum", "log_every", "eval_batches", "keep_last"):
@@ -124,6 +126,7 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.dtype must be float32, bf16 or fp16, got {self.dtype!r}")
         if not isinstance(self.device, str): raise ValueError(f"TrainConfig.device must be a string, got {self.device!r}")
         if not isinstance(self.compile, bool): raise ValueError(f"TrainConfig.compile must be True or False, got {self.compile!r}")
+        if not isinstance(self.i_know, bool): raise ValueError(f"TrainConfig.i_know must be True or False, got {self.i_know!r}")
 
     def to_dict(self) -> dict: return asdict(self)
 
@@ -849,6 +852,30 @@ def _check_memory(model_cfg: GPTConfig, cfg: TrainConfig, device: torch.device, 
                          "tokens per step) or the length")
 
 
+# assumed sustained training throughput, FLOP/s: 2e10 per CPU thread, 1e14 for a CUDA GPU (bf16 on an H100-class card
+# reaches a few times more; float32 less), 5e12 for Apple's MPS: deliberately rough, for refusing hours-long steps, not for timing
+THROUGHPUT = {"cpu": 2e10, "cuda": 1e14, "mps": 5e12}
+MAX_STEP_SECONDS = 600.0
+
+
+def estimate_step_seconds(model_cfg: GPTConfig, cfg: TrainConfig, device: torch.device, world: int = 1) -> float:
+    "Estimated seconds of one optimizer step: `flops_per_token` (6N plus the attention's 12·L·T·d) × tokens per step ÷ the assumed throughput."
+    per_s = THROUGHPUT.get(device.type, THROUGHPUT["cpu"]) * (torch.get_num_threads() if device.type == "cpu" else 1)
+    tokens = cfg.grad_accum * cfg.batch_size * cfg.length
+    return flops_per_token(model_cfg, cfg.length) * tokens / (per_s * world)
+
+
+def _check_time(model_cfg: GPTConfig, cfg: TrainConfig, device: torch.device, world: int) -> None:
+    "Refuse, in one line, a run whose single step is estimated above MAX_STEP_SECONDS, unless `cfg.i_know`."
+    if cfg.i_know: return
+    sec = estimate_step_seconds(model_cfg, cfg, device, world)
+    if sec > MAX_STEP_SECONDS:
+        raise ValueError(f"one training step is estimated at {sec:,.0f} s on {device} (length {cfg.length}, batch_size "
+                         f"{cfg.batch_size}, {model_cfg.n_layer} layers of width {model_cfg.d_model}; "
+                         f"{cfg.steps} steps ≈ {sec * cfg.steps / 3600:,.1f} h), above the {MAX_STEP_SECONDS:.0f} s limit: "
+                         "lower the length or batch_size, or set TrainConfig.i_know=True to train anyway")
+
+
 def train(model_cfg: Union[GPTConfig, str], train_cfg: TrainConfig, tokens: Optional[Tensor] = None,
           run_dir: Optional[Union[str, Path]] = None, progress: bool = True, val_tokens: Optional[Tensor] = None,
           stop_after: Optional[int] = None, callback: Optional[Callable[[dict], None]] = None,
@@ -870,6 +897,7 @@ def train(model_cfg: Union[GPTConfig, str], train_cfg: TrainConfig, tokens: Opti
     if cfg.batch_size % world:
         raise ValueError(f"the global batch_size {cfg.batch_size} must be divisible by the number of processes {world}")
     _check_memory(model_cfg, cfg, device, world)   # before any token is read or any file written
+    _check_time(model_cfg, cfg, device, world)     # likewise: a step estimated at hours is refused before it starts
     if tokens is None: tokens = corpus_tokens("train")
     _check_tokens(tokens, model_cfg.vocab_size, cfg.length, "the training tokens")
     if val_tokens is not None: _check_tokens(val_tokens, model_cfg.vocab_size, cfg.length, "the validation tokens")
