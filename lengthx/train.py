@@ -17,6 +17,7 @@ import platform
 import random
 import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -37,15 +38,15 @@ from .model import GPT, PRESETS, GPTConfig, flops_per_token
 
 # %% auto #0
 __all__ = ['QUICK', 'SEED_MAX', 'RUN_FIELDS', 'DECAY_MODULES', 'CKPT_FORMAT', 'RUN_FORMAT', 'CKPT_JSON', 'RUN_JSON', 'METRICS',
-           'LOCK', 'MAX_STATE_BYTES', 'THROUGHPUT', 'MAX_STEP_SECONDS', 'CURRENT_RUN', 'check_seed', 'TrainConfig',
-           'lr_at', 'available_devices', 'resolve_device', 'decay_parameters', 'make_optimizer', 'seed_everything',
-           'autocast_context', 'CheckpointError', 'CheckpointSaveError', 'RunMismatchError', 'TrainingDiverged',
-           'state_digest', 'flatten_optimizer_state', 'unflatten_optimizer_state', 'list_checkpoints',
-           'save_checkpoint', 'verify_checkpoint', 'read_checkpoint_state', 'find_checkpoint', 'weight_shapes',
-           'check_weights_fit_config', 'load_checkpoint', 'load_model', 'clean_run_dir', 'spread_positions',
-           'tokens_fingerprint', 'run_identity', 'check_checkpoint_run', 'StepInterrupted', 'dist_env', 'rank_slice',
-           'eval_loss', 'estimate_step_seconds', 'train', 'source_sha256', 'source_sha256_at', 'package_provenance',
-           'checkpoint_step', 'train_run']
+           'LOCK', 'MAX_STATE_BYTES', 'SIGTERM_GRACE', 'THROUGHPUT', 'MAX_STEP_SECONDS', 'CURRENT_RUN', 'check_seed',
+           'TrainConfig', 'lr_at', 'available_devices', 'resolve_device', 'decay_parameters', 'make_optimizer',
+           'seed_everything', 'autocast_context', 'CheckpointError', 'CheckpointSaveError', 'RunMismatchError',
+           'TrainingDiverged', 'state_digest', 'flatten_optimizer_state', 'unflatten_optimizer_state',
+           'list_checkpoints', 'save_checkpoint', 'verify_checkpoint', 'read_checkpoint_state', 'find_checkpoint',
+           'weight_shapes', 'check_weights_fit_config', 'load_checkpoint', 'load_model', 'clean_run_dir',
+           'spread_positions', 'tokens_fingerprint', 'run_identity', 'check_checkpoint_run', 'StepInterrupted',
+           'dist_env', 'rank_slice', 'eval_loss', 'estimate_step_seconds', 'train', 'source_sha256', 'source_sha256_at',
+           'package_provenance', 'checkpoint_step', 'train_run']
 
 # %% ../nbs/52_train.ipynb #48e310cb
 QUICK = os.environ.get("LENGTHX_FULL") != "1"
@@ -686,9 +687,22 @@ class StepInterrupted(BaseException):
     "SIGTERM arrived during a step's forward and backward pass: the step is dropped, the weights are those of the last completed step."
 
 
+SIGTERM_GRACE = 5.0   # seconds a step may take after SIGTERM before the watcher exits the process
+
+
 class _StopFlag:
-    "Turn SIGINT/SIGTERM into a flag checked between steps (main thread only; elsewhere a no-op); SIGTERM during a step's forward/backward (`in_step`) raises `StepInterrupted` at once."
-    def __init__(self, enabled: bool = True): self.enabled, self.signum, self._old, self.in_step = enabled, None, {}, False
+    "Turn SIGINT/SIGTERM into a flag checked between steps (main thread only; elsewhere a no-op); SIGTERM during a step's forward/backward (`in_step`) raises `StepInterrupted` at once, or exits the process when one long operation holds the step past `SIGTERM_GRACE`."
+    def __init__(self, enabled: bool = True, grace: float = SIGTERM_GRACE):
+        self.enabled, self.grace, self.signum, self._old, self._in_step, self.steps_begun = enabled, grace, None, {}, False, 0
+        self._wakeup = self._old_fd = None
+
+    @property
+    def in_step(self) -> bool: return self._in_step
+
+    @in_step.setter
+    def in_step(self, value: bool):
+        if value and not self._in_step: self.steps_begun += 1     # the watcher tells one step from the next
+        self._in_step = value
 
     def _handler(self, signum, frame):
         if self.signum == signal.SIGINT and signum == signal.SIGINT: raise KeyboardInterrupt  # second Ctrl-C
@@ -697,13 +711,33 @@ class _StopFlag:
             self.in_step = False
             raise StepInterrupted
 
+    def _watch(self, r) -> None:
+        "Exit with 143 when SIGTERM finds a step that is still the same step `grace` seconds later (no write happens inside a step)."
+        with r:
+            while b := r.recv(1):
+                if b[0] != signal.SIGTERM or not self.in_step: continue
+                step, deadline = self.steps_begun, time.monotonic() + self.grace
+                while time.monotonic() < deadline and self.in_step and self.steps_begun == step: time.sleep(0.05)
+                if self.in_step and self.steps_begun == step:
+                    os.write(2, f"lengthx: SIGTERM during a training step that is still in one long operation after {self.grace:g} s; "
+                                "exiting now (status 143); the run resumes from its last checkpoint\n".encode())
+                    os._exit(128 + int(signal.SIGTERM))
+
     def __enter__(self):
         if self.enabled and threading.current_thread() is threading.main_thread():
             for s in (signal.SIGINT, signal.SIGTERM): self._old[s] = signal.signal(s, self._handler)
+            r, w = socket.socketpair()
+            w.setblocking(False)
+            self._old_fd, self._wakeup = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False), (r, w)
+            threading.Thread(target=self._watch, args=(r,), daemon=True, name="lengthx-sigterm-watch").start()
         return self
 
     def __exit__(self, *exc):
         for s, h in self._old.items(): signal.signal(s, h)
+        if self._wakeup is not None:
+            signal.set_wakeup_fd(self._old_fd)
+            self._wakeup[1].close()    # the watcher's recv sees the end of the stream, closes its end and ends
+            self._wakeup = None
 
     def raise_if_set(self, step: int):
         if self.signum == signal.SIGINT: raise KeyboardInterrupt(f"training interrupted at step {step}; checkpoint written")

@@ -121,3 +121,42 @@ def test_sigterm_during_a_long_step_stops_at_once_and_the_run_resumes(tmp_path):
     _, straight = train(MODEL, c, tokens=TOKENS, progress=False, stop_after=5)
     assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in straight], rel=1e-6)
     assert [r["step"] for r in resumed] == [1, 2, 3, 4, 5]
+
+
+def test_sigterm_during_one_long_torch_operation_exits_143_within_the_grace(tmp_path):
+    "Step 4's forward is one C++ call of minutes (matrix_power never returns to Python): the watcher exits 143 soon after SIGTERM_GRACE, steps 1..3 kept by their checkpoints."
+    run = tmp_path / "run"
+    script = textwrap.dedent(f"""
+        import sys, torch; sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import lengthx.model as M
+        from _tiny import MODEL, TOKENS, train_cfg
+        from lengthx.train import train
+        real, calls = M.GPT.forward, [0]
+        def slow(self, *a, **k):
+            calls[0] += 1
+            if calls[0] == 4: torch.linalg.matrix_power(torch.eye(3000) * 0.5, (1 << 30) - 1)  # ~60 matmuls of 3000², one call
+            return real(self, *a, **k)
+        M.GPT.forward = slow
+        train(MODEL, train_cfg(steps=100, ckpt_every=1), tokens=TOKENS, run_dir={str(run)!r}, progress=False)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            stderr=subprocess.PIPE, text=True)
+    metrics = run / T.METRICS
+    deadline = time.time() + 60
+    while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        time.sleep(0.05)
+    time.sleep(0.5)                                   # inside step 4's long operation now
+    proc.send_signal(signal.SIGTERM)
+    t0 = time.time()
+    try: rc = proc.wait(T.SIGTERM_GRACE + 15)
+    except subprocess.TimeoutExpired:
+        proc.kill(); proc.wait()
+        pytest.fail("SIGTERM did not stop a step held by one long operation")
+    waited, err = time.time() - t0, proc.stderr.read()
+    assert rc == 128 + signal.SIGTERM and T.SIGTERM_GRACE - 0.5 <= waited < T.SIGTERM_GRACE + 15, (rc, waited, err)
+    assert "one long operation" in err and "Traceback" not in err
+    assert json.loads((run / T.CKPT_JSON).read_text())["step"] == 3
+    c = train_cfg(steps=100, ckpt_every=1)
+    _, resumed = train(MODEL, c, tokens=TOKENS, run_dir=run, progress=False, stop_after=5)
+    _, straight = train(MODEL, c, tokens=TOKENS, progress=False, stop_after=5)
+    assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in straight], rel=1e-6)
