@@ -23,11 +23,13 @@ from .pe.window import WindowPE
 from .pe import fused
 
 # %% auto #0
-__all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'PROTOCOL', 'check_protocol_args', 'last_k_windows', 'nonoverlap_windows',
-           'sliding_windows', 'protocol_windows', 'window_losses', 'parse_bytes', 'format_bytes', 'available_memory',
-           'memory_budget', 'fused_refine_runs', 'fused_weights_run', 'estimate_eval_memory', 'estimate_train_memory',
-           'EvalPlan', 'plan_eval', 'check_tokens', 'perplexity', 'window_ppl_interval', 'position_losses', 'ppl_curve',
-           'eval_lengths', 'plot_ppl', 'Protocol', 'check_protocol', 'check_lengths']
+__all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'PE_COLOURS', 'PE_STYLE', 'LINE_STYLES', 'MARKERS', 'LOG_MANTISSAS',
+           'PROTOCOL', 'check_protocol_args', 'last_k_windows', 'nonoverlap_windows', 'sliding_windows',
+           'protocol_windows', 'window_losses', 'parse_bytes', 'format_bytes', 'available_memory', 'memory_budget',
+           'fused_refine_runs', 'fused_weights_run', 'estimate_eval_memory', 'estimate_train_memory', 'EvalPlan',
+           'plan_eval', 'check_tokens', 'perplexity', 'window_ppl_interval', 'position_losses', 'ppl_curve',
+           'eval_lengths', 'pe_family', 'pe_style', 'pe_styles', 'linear_ticks', 'log_ticks', 'label_log_axis',
+           'plot_ppl', 'Protocol', 'check_protocol', 'check_lengths']
 
 # %% ../nbs/53_evaluate.ipynb #12c3b9d5
 PROTOCOLS = ("last_k", "nonoverlap", "sliding")
@@ -442,22 +444,95 @@ def eval_lengths(train_len: int, max_factor: int = 16) -> list[int]:
     return [train_len * 2 ** i for i in range(max_factor.bit_length())]
 
 # %% ../nbs/53_evaluate.ipynb #d75bacf0
+PE_COLOURS = {"black": "#000000", "blue": "#0072B2", "vermillion": "#D55E00", "green": "#009E73",
+              "orange": "#E69F00", "pink": "#CC79A7", "sky": "#56B4E9", "indigo": "#332288", "wine": "#882255",
+              "olive": "#999933", "teal": "#44AA99", "purple": "#AA4499", "grey": "#777777"}
+PE_STYLE = {   # family -> (colour, marker): a colour per group of related methods, a marker per member
+    "nope": ("black", "o"), "sinusoidal": ("black", "s"), "learned": ("black", "^"),
+    "rope": ("blue", "o"), "xpos": ("blue", "s"), "prope": ("blue", "^"), "temp": ("blue", "D"),
+    "chunk": ("blue", "v"), "streaming": ("blue", "P"),
+    "yarn": ("sky", "o"), "yarn_hf": ("sky", "s"), "ntk_by_parts": ("sky", "^"), "llama3": ("sky", "D"),
+    "longrope": ("sky", "v"), "dynamic_linear": ("sky", "P"),
+    "rerope": ("teal", "o"), "self_extend": ("teal", "s"), "window": ("teal", "^"),
+    "pose": ("olive", "o"), "randomized": ("olive", "s"),
+    "alibi": ("vermillion", "o"), "sandwich": ("vermillion", "s"),
+    "kerple_log": ("green", "o"), "kerple_power": ("green", "s"), "kerple_gauss": ("green", "^"),
+    "kerple_3log": ("green", "D"), "kerple_biaswt": ("green", "v"),
+    "fire": ("orange", "o"), "t5": ("wine", "o"), "shaw": ("wine", "s"), "transformer_xl": ("wine", "^"),
+    "dape": ("pink", "o"), "dape_fb": ("pink", "s"), "cdape": ("purple", "o"),
+    "cope": ("indigo", "o"), "bipe": ("indigo", "s"),
+}
+LINE_STYLES, MARKERS = ("-", "--", "-.", ":"), ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def pe_family(label: str) -> Optional[str]:
+    "The PE family a curve's label names (`rope`, `yarn:s=4`, `dape:kerple_log`, `rope (seed 1)` -> its first word), or None."
+    m = re.match(r"[a-z][a-z0-9_]*", str(label).strip().lower())
+    return m.group(0) if m and m.group(0) in PE_STYLE else None
+
+
+def pe_style(label: str) -> dict:
+    "The book-wide colour and marker of the method a label names (grey and a circle for anything else)."
+    colour, marker = PE_STYLE.get(pe_family(label), ("grey", "o"))
+    return dict(color=PE_COLOURS[colour], marker=marker)
+
+
+def pe_styles(labels: Iterable[str]) -> dict[str, dict]:
+    "`pe_style` of each label, with the line style (then the marker) of a later curve changed where two would look alike."
+    out, seen = {}, set()
+    for lab in labels:
+        st = pe_style(lab)
+        options = [(ls, st["marker"]) for ls in LINE_STYLES] + [(ls, m) for m in MARKERS for ls in LINE_STYLES]
+        ls, marker = next((o for o in options if (st["color"], *o) not in seen), options[0])
+        seen.add((st["color"], ls, marker))
+        out[lab] = dict(color=st["color"], marker=marker, ls=ls)
+    return out
+
+# %% ../nbs/53_evaluate.ipynb #4aa62047
+LOG_MANTISSAS = ((1,), (1, 2, 5), (1, 1.5, 2, 3, 5, 7), (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8))
+
+
+def linear_ticks(lo: float, hi: float, least: int = 3) -> list[float]:
+    "Evenly spaced round ticks inside [lo, hi], the widest 1-2-5 step that gives at least `least` of them."
+    top = math.floor(math.log10(hi - lo)) + 1
+    for step in (m * 10.0 ** e for e in range(top, top - 6, -1) for m in (5, 2, 1)):
+        ticks = [float(f"{k * step:.6g}") for k in range(math.ceil(lo / step), math.floor(hi / step) + 1)]
+        if len(ticks) >= least: return ticks
+    return [lo, hi]
+
+
+def log_ticks(lo: float, hi: float, least: int = 3, most: int = 9) -> list[float]:
+    "Plain-number ticks for a base-10 log axis over [lo, hi]: the sparsest 1-2-5-like set giving `least` to `most` ticks, else round linear ones."
+    if not 0 < lo < hi: raise ValueError(f"a log axis needs 0 < lo < hi, got {lo}, {hi}")
+    decades = range(math.floor(math.log10(lo)), math.floor(math.log10(hi)) + 1)
+    for ms in LOG_MANTISSAS:
+        ticks = [float(f"{m * 10.0 ** e:.6g}") for e in decades for m in ms if lo <= m * 10.0 ** e <= hi]
+        if least <= len(ticks) <= most: return ticks
+    return ticks if len(ticks) > most else linear_ticks(lo, hi, least)   # a range narrower than the densest mantissas
+
+
+def label_log_axis(axis) -> None:
+    "Label a base-10 log axis (ax.yaxis) at `log_ticks` of its current view, as plain numbers, minor ticks unlabelled."
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+    lo, hi = sorted(axis.get_view_interval())
+    axis.set_major_locator(FixedLocator(log_ticks(lo, hi)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+# %% ../nbs/53_evaluate.ipynb #96a9911b
 def plot_ppl(curves: dict[str, dict[int, float]], train_len: Optional[int] = None, *, title: str = "",
              ax=None, ymax: Optional[float] = None):
-    "Perplexity against evaluation length, one line per PE (log-log), the training length marked."
+    "Perplexity against evaluation length, one line per PE (log-log) in the book's colours, the training length marked."
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import LogFormatter
     if ax is None: _, ax = plt.subplots(figsize=(6.5, 4))
-    colors = plt.get_cmap("tab20" if len(curves) > 10 else "tab10").colors
-    for i, (name, c) in enumerate(curves.items()):
+    styles = pe_styles(curves)
+    for name, c in curves.items():
         xs = sorted(c)
-        ax.plot(xs, [c[x] for x in xs], marker="o", ms=3, label=name, color=colors[i % len(colors)],
-                ls=("-", "--", ":")[i // len(colors) % 3])
+        ax.plot(xs, [c[x] for x in xs], ms=3, label=name, **styles[name])
     if train_len: ax.axvline(train_len, ls=":", c="k", lw=1)
     ax.set_xscale("log", base=2); ax.set_yscale("log")
-    for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):   # plain numbers, minor ticks labelled on short ranges
-        axis(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
     if ymax: ax.set_ylim(top=ymax)
+    label_log_axis(ax.yaxis)                                     # plain numbers, at least three over the data's range
     ax.set(xlabel="evaluation length", ylabel="perplexity", title=title)
     ax.legend(fontsize=7, ncol=1 if len(curves) <= 12 else 2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax

@@ -79,3 +79,28 @@ def test_installed_show_fails_the_cell_in_a_kernel():
         assert run('print("_install_plotcheck" in dir(), "np" in dir())') == ("ok", "False False\n")   # no names left behind
     finally:
         kc.stop_channels(); km.shutdown_kernel(now=True)
+
+
+def test_look_alike_lines_are_caught_and_told_apart_lines_pass():
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [1, 2], "o-", color="C0", label="rope")
+    ax.plot([1, 2], [2, 3], "o-", color="C0", label="alibi")          # same look, other method
+    ax.plot([1, 2], [3, 4], "o-", color="C0", label="_helper")        # not in the legend
+    bad = plotcheck.look_alike_lines(fig)
+    assert len(bad) == 1 and "rope" in bad[0] and "alibi" in bad[0]
+    with pytest.raises(plotcheck.LookAlikeLines): plotcheck.check_figure(fig)
+    ax.lines[1].set_linestyle("--")
+    assert plotcheck.look_alike_lines(fig) == []
+    plt.close(fig)
+
+
+def test_a_log_axis_with_one_label_is_unreadable_and_label_log_axis_fixes_it():
+    from lengthx.evaluate import label_log_axis
+    fig, ax = plt.subplots()
+    ax.plot([64, 128, 256, 512], [12, 14, 18, 30], "o-"); ax.set_xscale("log", base=2); ax.set_yscale("log")
+    bad = plotcheck.unreadable_log_axes(fig)       # y from ~11 to ~32 on base 10: one major label (10 is outside)
+    assert len(bad) == 1 and "log y axis" in bad[0], bad
+    with pytest.raises(plotcheck.UnreadableLogAxis): plotcheck.check_figure(fig)
+    label_log_axis(ax.yaxis)                        # 15, 20, 30
+    assert plotcheck.unreadable_log_axes(fig) == []
+    plt.close(fig)

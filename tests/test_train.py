@@ -205,10 +205,15 @@ def test_sigint_checkpoints_the_last_completed_step(reference, tmp_path):
     run = tmp_path / "run"
     def interrupt(rec):
         if rec["step"] == 7: os.kill(os.getpid(), signal.SIGINT)
-    with pytest.raises(KeyboardInterrupt):
-        train(MODEL, cfg(), tokens=TOKENS, run_dir=run, progress=False, callback=interrupt)
+    before = signal.getsignal(signal.SIGINT)        # the default handler, or SIG_IGN in a pytest-xdist worker
+    if before is signal.SIG_IGN: signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train(MODEL, cfg(), tokens=TOKENS, run_dir=run, progress=False, callback=interrupt)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert json.loads((run / "checkpoint.json").read_text())["step"] == 7
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
     _, full = train(MODEL, cfg(), tokens=TOKENS, run_dir=run, progress=False)
     assert losses(full) == losses(reference[1])
 

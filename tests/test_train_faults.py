@@ -96,17 +96,19 @@ def test_sigterm_during_a_long_step_stops_at_once_and_the_run_resumes(tmp_path):
         real, calls = M.GPT.forward, [0]
         def slow(self, *a, **k):
             calls[0] += 1
-            if calls[0] == 4: time.sleep(120)          # a step far longer than any test waits
+            if calls[0] == 4:
+                open({str(tmp_path / "in_step_4")!r}, "w").close()
+                time.sleep(120)                        # a step far longer than any test waits
             return real(self, *a, **k)
         M.GPT.forward = slow
         train(MODEL, train_cfg(steps=100, ckpt_every=1000), tokens=TOKENS, run_dir={str(run)!r}, progress=False)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "OMP_NUM_THREADS": "1"})
-    metrics = run / T.METRICS
-    deadline = time.time() + 60
-    while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
-        time.sleep(0.05)
-    time.sleep(0.5)                                   # inside step 4's forward now
+    metrics, marker = run / T.METRICS, tmp_path / "in_step_4"
+    deadline = time.time() + 300                      # a loaded machine may take long to import and train 3 steps
+    while time.time() < deadline and not marker.exists() and proc.poll() is None: time.sleep(0.05)
+    assert marker.exists(), "the training never reached step 4"
+    time.sleep(0.5)                                   # inside step 4's sleep now
     proc.send_signal(signal.SIGTERM)
     t0 = time.time()
     try: rc = proc.wait(20)
@@ -134,17 +136,19 @@ def test_sigterm_during_one_long_torch_operation_exits_143_within_the_grace(tmp_
         real, calls = M.GPT.forward, [0]
         def slow(self, *a, **k):
             calls[0] += 1
-            if calls[0] == 4: torch.linalg.matrix_power(torch.eye(3000) * 0.5, (1 << 30) - 1)  # ~60 matmuls of 3000², one call
+            if calls[0] == 4:
+                open({str(tmp_path / "in_step_4")!r}, "w").close()
+                torch.linalg.matrix_power(torch.eye(3000) * 0.5, (1 << 30) - 1)  # ~60 matmuls of 3000², one call
             return real(self, *a, **k)
         M.GPT.forward = slow
         train(MODEL, train_cfg(steps=100, ckpt_every=1), tokens=TOKENS, run_dir={str(run)!r}, progress=False)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "OMP_NUM_THREADS": "1"},
                             stderr=subprocess.PIPE, text=True)
-    metrics = run / T.METRICS
-    deadline = time.time() + 60
-    while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
-        time.sleep(0.05)
+    metrics, marker = run / T.METRICS, tmp_path / "in_step_4"
+    deadline = time.time() + 300                      # a loaded machine may take long to import and train 3 steps
+    while time.time() < deadline and not marker.exists() and proc.poll() is None: time.sleep(0.05)
+    assert marker.exists(), "the training never reached step 4"
     time.sleep(0.5)                                   # inside step 4's long operation now
     proc.send_signal(signal.SIGTERM)
     t0 = time.time()

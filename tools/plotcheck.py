@@ -7,6 +7,11 @@ that is meant to double back (a circle, a trajectory) says so with `line.set_gid
 
     import plotcheck; plotcheck.install()        # every plt.show() and savefig checks the figure first
 
+Two more mechanical faults fail the same way: two labelled lines of one axes that look alike (same
+colour, line style and marker: the legend cannot tell them apart; `LookAlikeLines`), and a log axis
+labelled at fewer than `MIN_LOG_LABELS` ticks inside its view (the reader cannot read a value off it;
+`UnreadableLogAxis`).
+
 `install` wraps `matplotlib.pyplot.show` and `Figure.savefig`; a figure with a backwards line raises
 `BackwardsLine` in the cell that shows it. It is installed in every notebook kernel that nbval starts
 (nbs/conftest.py points PYTHONSTARTUP at tools/plotcheck_startup.py) and in `tools/nbtool.py run`.
@@ -52,10 +57,61 @@ def backwards_lines(fig) -> list[str]:
     return bad
 
 
+class LookAlikeLines(AssertionError):
+    "Two labelled lines of one axes drawn with the same colour, line style and marker."
+
+
+class UnreadableLogAxis(AssertionError):
+    "A log axis with too few labelled ticks inside its view to read a value off it."
+
+
+MIN_LOG_LABELS = 3   # labelled ticks a log axis needs inside its view (two only fix the ends of the scale)
+
+
+def _look(line) -> tuple:
+    "What tells a line apart in a legend: its colour, line style and marker."
+    from matplotlib.colors import to_rgba
+    return to_rgba(line.get_color()), line.get_linestyle(), line.get_marker()
+
+
+def look_alike_lines(fig) -> list[str]:
+    "One description per pair of differently labelled lines in one axes that look the same."
+    bad = []
+    for i, ax in enumerate(fig.axes):
+        first = {}
+        for line in ax.get_lines():
+            label = line.get_label()
+            if label.startswith("_"): continue            # not in the legend
+            other = first.setdefault(_look(line), label)
+            if other != label: bad.append(f"{ax.get_title() or f'axes {i}'!r}: {other!r} and {label!r}")
+    return bad
+
+
+def unreadable_log_axes(fig, need: int = MIN_LOG_LABELS) -> list[str]:
+    "One description per log-scaled axis of `fig` labelled at fewer than `need` ticks inside its view."
+    bad, drawn = [], False
+    for i, ax in enumerate(fig.axes):
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            if axis.get_scale() != "log" or not axis.get_visible() or not ax.axison: continue
+            if not drawn: fig.canvas.draw(); drawn = True      # tick labels are only known once drawn
+            lo, hi = sorted(axis.get_view_interval())
+            labels = {round(float(t.get_position()[0 if name == "x" else 1]), 12) for t in axis.get_ticklabels(minor=False) +
+                      axis.get_ticklabels(minor=True) if t.get_text().strip() and t.get_visible()}
+            n = sum(lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9) for v in labels)
+            if n < need: bad.append(f"{ax.get_title() or f'axes {i}'!r}: log {name} axis from {lo:g} to {hi:g} labelled at {n} tick(s)")
+    return bad
+
+
 def check_figure(fig) -> None:
-    "Raise BackwardsLine if any line of `fig` runs backwards in x."
+    "Raise BackwardsLine, LookAlikeLines or UnreadableLogAxis for the first kind of fault `fig` has."
     bad = backwards_lines(fig)
     if bad: raise BackwardsLine("a line plot's x runs backwards (sort the points by x, or draw markers only): " + "; ".join(bad))
+    bad = look_alike_lines(fig)
+    if bad: raise LookAlikeLines("two labelled lines look the same (give each its own colour, line style or marker, "
+                                 "e.g. lengthx.evaluate.pe_styles): " + "; ".join(bad))
+    bad = unreadable_log_axes(fig)
+    if bad: raise UnreadableLogAxis(f"a log axis needs at least {MIN_LOG_LABELS} labelled ticks over its range "
+                                    "(a LogFormatter with labelOnlyBase=False, or FixedLocator ticks): " + "; ".join(bad))
 
 
 def check_open_figures() -> None:
