@@ -174,8 +174,8 @@ def _cmd_train(a):
     from lengthx.model import GPTConfig, check_model_spec
     from lengthx.train import TrainConfig, train_run
     check_cache_dir()
-    mcfg = GPTConfig.preset(a.preset, pe=a.pe, max_len=a.train_len)
-    check_model_spec(mcfg)
+    mcfg = GPTConfig.preset(a.preset, pe=a.pe, max_len=a.train_len, **({} if a.n_layer is None else {"n_layer": a.n_layer}))
+    check_model_spec(mcfg)   # a layer pattern: each layer's spec, and the pattern (one position kind, at most n_layer specs)
     extra = {} if a.ckpt_every is None else {"ckpt_every": a.ckpt_every}
     tcfg = TrainConfig(steps=a.steps, batch_size=a.batch_size, length=a.train_len, lr=a.lr, warmup=a.warmup,
                        seed=a.seed, device=a.device, dtype=a.dtype, compile=a.compile, **extra)
@@ -459,8 +459,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", metavar="{train,eval,sweep,bench,tasks,reproduce}")
 
     t = sub.add_parser("train", help="train one model on the embedded corpus", **kw)
-    t.add_argument("--pe", default="rope", help="positional encoding spec, e.g. rope, alibi, yarn:s=8 (lengthx --help-pe)")
+    t.add_argument("--pe", default="rope", help="positional encoding spec, e.g. rope, alibi, yarn:s=8 (lengthx --help-pe), or a "
+                   "layer pattern of specs joined by '/' and cycled over the layers, e.g. 'chunk:c=32:rope/rope/rope/nope'")
     t.add_argument("--preset", default="tiny", choices=MODEL_PRESETS, help="model size")
+    t.add_argument("--n-layer", type=_positive, default=None, help="layers (default: the preset's); a layer pattern needs at least one per spec")
     t.add_argument("--train-len", type=_positive, default=64, help="training sequence length in tokens")
     t.add_argument("--steps", type=_positive, default=200, help="optimizer steps")
     t.add_argument("--batch-size", type=_positive, default=16, help="sequences per step")

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .attention import PE, Positions, WrappedPE, build_pe, pick_path, toeplitz_ok
+from .attention import PE, Positions, WrappedPE, pick_path, toeplitz_ok
+from .model import LayerPattern, build_model_pe
 from .pe.dape import DAPE, DAPEBiasOnly
 from .pe.window import WindowPE
 from .pe import fused
@@ -178,11 +179,14 @@ def memory_budget(device=None) -> int:
 
 
 def _pe_of(model_or_cfg):
-    "The model's PE module, or one built from a GPTConfig (cheap: a PE has few parameters)."
+    "The model's PE module, or the one a GPT of this GPTConfig builds, a layer pattern included (cheap; the caller's RNG is kept)."
     if hasattr(model_or_cfg, "pe") and not isinstance(model_or_cfg.pe, str): return model_or_cfg.pe
-    c = model_or_cfg
-    return build_pe(c.pe, n_heads=c.n_head, head_dim=c.head_dim, d_model=c.d_model, n_layers=c.n_layer,
-                    max_len=c.max_len, sep_ids=c.sep_ids)
+    with torch.random.fork_rng(devices=[]): return build_model_pe(model_or_cfg)
+
+
+def _layer_pes(pe, n_layer: int) -> list:
+    "The PE each of `n_layer` layers runs: a layer pattern's entry for that layer, else `pe` in every layer."
+    return [pe.at(i) for i in range(n_layer)] if isinstance(pe, LayerPattern) else [pe] * n_layer
 
 
 def fused_refine_runs(device) -> bool:
@@ -198,14 +202,14 @@ def fused_weights_run(device) -> bool:
 
 
 def _estimate_inputs(model_or_cfg, length: int, batch: int, path: str, device, training: bool) -> tuple:
-    "(cfg, pe, device, path) of a memory estimate, its sizes checked and an `auto` path resolved (gradients on when `training`)."
+    "(cfg, pe, device, runs) of a memory estimate, sizes checked; `runs`: each layer's (PE, path), `auto` resolved per layer as the forward does."
     cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
     _int_arg("length", length, 1); _int_arg("batch", batch, 1)
     pe, device = _pe_of(model_or_cfg), torch.device(device or "cpu")
-    if path == "auto":   # pick_path reads the grad mode: a training step has it on, an evaluation (no-grad) off
-        with torch.set_grad_enabled(training):
-            path = cfg.attn_path if cfg.attn_path != "auto" else pick_path(pe, length, device)
-    return cfg, pe, device, path
+    if path == "auto": path = cfg.attn_path
+    with torch.set_grad_enabled(training):   # pick_path reads the grad mode: a training step has it on, an evaluation off
+        runs = [(p, path if path != "auto" else pick_path(p, length, device)) for p in _layer_pes(pe, cfg.n_layer)]
+    return cfg, pe, device, runs
 
 
 # What a PE's `logits` (and `value`) hooks hold at their peak beyond QKᵀ and the weights: (score maps [B, H, Tq, Tk],
@@ -278,17 +282,11 @@ def _score_bytes(pe, path: str, device, B: int, Bb: int, tq: int, T: int) -> flo
     return m * B * H * tq * T + extra
 
 
-def estimate_eval_memory(model_or_cfg, length: int, *, batch: int = 1, path: str = "auto", device=None,
-                         block: int = 256) -> int:
-    "Estimated peak bytes of one no-grad forward and its token losses, `batch` windows of `length` on attention `path` (float32)."
-    cfg, pe, device, path = _estimate_inputs(model_or_cfg, length, batch, path, device, training=False)
-    B, T, H, d, V, r = batch, length, cfg.n_head, cfg.d_model, cfg.vocab_size, cfg.mlp_ratio
+def _layer_maps(pe, path: str, device, B: int, T: int, block: int) -> tuple[float, float, float]:
+    "Float32 elements of one layer running `pe` on `path`: (a bias or mask built once per forward and kept, the maps alive while it is built, the layer's own maps)."
+    H = pe.ctx.n_heads
     Bb = B if _ROW_BIAS.keys() & set(_families(pe)) else 1   # a bias read from each row's positions: one per row
-    weights = _n_params(cfg, pe)
-    head = 3 * B * T * V + B * T * d                         # logits, their log-softmax, the losses' copy; the last LN
-    mlp = (2 * r + 3) * B * T * d                            # the residual, LN, hidden, GELU, output
-    attn = 8 * B * T * d                                     # the residual, LN, q k v, rotated q k, output
-    shared = build = scores = 0.0                            # a bias or mask built once per forward; one layer's maps
+    shared = build = scores = 0.0
     if path in ("sdpa", "chunked") and pe.uses_attend:   # attention in parts (chapter 01): flash blocks hold no score map,
         tq = min(block, T)                                # only a bias read for one query block's band of keys
         scores = 2.0 * float(pe.uses_bias) * Bb * H * tq * min(T, 2 * tq)   # the band's bias and its masked copy
@@ -304,8 +302,29 @@ def estimate_eval_memory(model_or_cfg, length: int, *, batch: int = 1, path: str
         shared, build = one, _bias_build(pe) * one            # the bias, then the bias and its masked copy
     elif path == "flex" and pe.uses_bias and type(pe).score_mod is PE.score_mod:   # the score_mod indexes a materialized bias
         shared = build = H * T * T
-    peak = max(head, build, mlp + shared, attn + shared + scores)
-    return int((weights + peak) * _F32)
+    return shared, build, scores
+
+
+def _forward_peak(cfg, runs: list, device, B: int, T: int, block: int) -> float:
+    "Peak float32 elements of one no-grad forward beyond the weights: the costliest layer's maps on top of every shared bias kept so far."
+    d, V, r = cfg.d_model, cfg.vocab_size, cfg.mlp_ratio
+    head = 3 * B * T * V + B * T * d                         # logits, their log-softmax, the losses' copy; the last LN
+    mlp = (2 * r + 3) * B * T * d                            # the residual, LN, hidden, GELU, output
+    attn = 8 * B * T * d                                     # the residual, LN, q k v, rotated q k, output
+    maps, kept, peak = {}, 0.0, head                         # a layer pattern's PEs each keep their own shared bias
+    for run in runs:
+        if run not in maps:                                  # the first layer of a (PE, path) builds its shared bias
+            maps[run] = _layer_maps(*run, device, B, T, block)
+            peak, kept = max(peak, kept + maps[run][1]), kept + maps[run][0]
+        peak = max(peak, mlp + kept, attn + kept + maps[run][2])
+    return peak
+
+
+def estimate_eval_memory(model_or_cfg, length: int, *, batch: int = 1, path: str = "auto", device=None,
+                         block: int = 256) -> int:
+    "Estimated peak bytes of one no-grad forward and its token losses, `batch` windows of `length` on attention `path` (float32)."
+    cfg, pe, device, runs = _estimate_inputs(model_or_cfg, length, batch, path, device, training=False)
+    return int((_n_params(cfg, pe) + _forward_peak(cfg, runs, device, batch, length, block)) * _F32)
 
 
 def _n_params(cfg, pe) -> int:
@@ -315,24 +334,36 @@ def _n_params(cfg, pe) -> int:
             + sum(p.numel() for p in pe.parameters()))
 
 
-def estimate_train_memory(model_or_cfg, length: int, *, batch: int = 1, path: str = "auto", device=None,
-                          block: int = 256) -> int:
-    "Estimated peak bytes of one training step (float32): the forward's peak, gradients and AdamW's two moments, what backward keeps."
-    cfg, pe, device, path = _estimate_inputs(model_or_cfg, length, batch, path, device, training=True)
-    B, T, H, d, V = batch, length, cfg.n_head, cfg.d_model, cfg.vocab_size
-    forward = estimate_eval_memory(model_or_cfg, length, batch=batch, path=path, device=device, block=block)
-    optimizer = 3 * _n_params(cfg, pe) * _F32                      # a gradient and two moments per parameter
-    kept = B * T * d * (2 * cfg.mlp_ratio + 10)                     # per layer: LN in/out ×2, q k v, rotated q k, out, MLP ×2
+def _kept_for_backward(pe, path: str, device, B: int, T: int, cfg) -> float:
+    "Float32 elements one layer running `pe` on `path` keeps for the backward pass."
+    H, d = pe.ctx.n_heads, cfg.d_model
+    kept = B * T * d * (2 * cfg.mlp_ratio + 10)                     # LN in/out ×2, q k v, rotated q k, out, MLP ×2
     if path == "naive":   # scores and probabilities, and what a logits hook builds (CoPE's gates and counts, ...)
         ms = max([_LOGITS_MAPS[f][0] for f in _families(pe) if f in _LOGITS_MAPS] or [1.0]) if pe.uses_logits else 0.0
         kept += B * H * T * T * (2 + ms)
         if pe.uses_refine and not (_kernel_refines(pe) and fused_refine_runs(device)):   # the kernel keeps no more
             kept += B * T * T * (4 * H + 3 * getattr(_refiner(pe), "width", 32))   # eager f: its input and hidden maps
-    elif path == "sdpa" and pe.uses_bias and any(p.requires_grad for p in pe.parameters()):
-        kept += 1.5 * B * H * T * T                                  # a learned bias's mask under autograd: T×T maps kept
+    elif _learned_mask(pe, path): kept += B * H * T * T                # a learned bias's mask under autograd: the weights kept
     else: kept += B * H * T                                          # chunked recomputes; fused kernels keep a logsumexp
+    return kept
+
+
+def _learned_mask(pe, path: str) -> bool:
+    "Whether `pe` on `path` adds a float mask that autograd differentiates (a learned bias on sdpa): T×T maps kept for backward."
+    return path == "sdpa" and pe.uses_bias and any(p.requires_grad for p in pe.parameters())
+
+
+def estimate_train_memory(model_or_cfg, length: int, *, batch: int = 1, path: str = "auto", device=None,
+                          block: int = 256) -> int:
+    "Estimated peak bytes of one training step (float32): the forward's peak, gradients and AdamW's two moments, what backward keeps."
+    cfg, pe, device, runs = _estimate_inputs(model_or_cfg, length, batch, path, device, training=True)
+    B, T, V = batch, length, cfg.vocab_size
+    forward = int((_n_params(cfg, pe) + _forward_peak(cfg, runs, device, B, T, block)) * _F32)
+    optimizer = 3 * _n_params(cfg, pe) * _F32                      # a gradient and two moments per parameter
+    kept = sum(_kept_for_backward(p, path, device, B, T, cfg) for p, path in runs)   # every layer, its own PE and path
+    kept += sum(2.0 * p.ctx.n_heads * T * T for p, path in dict.fromkeys(runs) if _learned_mask(p, path))   # a mask per PE, shared by its layers
     logits_grad = 2 * B * T * V * _F32
-    return int(forward + optimizer + cfg.n_layer * kept * _F32 + logits_grad)
+    return int(forward + optimizer + kept * _F32 + logits_grad)
 
 
 @dataclass

@@ -4,11 +4,11 @@
 
 # %% auto #0
 __all__ = ['EXTRA', 'CORE', 'BASELINES', 'LM', 'UNIT', 'RUNNERS', 'ASSUMED_TFLOPS', 'unit_settings', 'default_out', 'Context',
-           'Partial', 'lm_run_dir', 'train_lm', 'ppl_table', 'delta_ps', 'lm_row', 'lm_rows', 'unit_protocols',
-           'unit_position', 'unit_che', 'unit_che_budget', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep',
-           'unit_peers', 'unit_pretrained', 'unit_dape_fast', 'run_tag', 'result_path', 'is_result', 'check_lm_specs',
-           'reproduce', 'lm_train_flops', 'flop_text', 'duration_text', 'estimate_table', 'experiments_view',
-           'cost_view']
+           'Partial', 'windowed', 'lm_run_dir', 'train_lm', 'ppl_table', 'delta_ps', 'lm_row', 'lm_rows',
+           'unit_protocols', 'unit_position', 'unit_che', 'unit_che_budget', 'unit_recall', 'unit_cot', 'unit_cost',
+           'unit_sweep', 'unit_peers', 'unit_pretrained', 'unit_dape_fast', 'run_tag', 'result_path', 'is_result',
+           'check_lm_specs', 'reproduce', 'lm_train_flops', 'flop_text', 'duration_text', 'estimate_table',
+           'experiments_view', 'cost_view']
 
 # %% ../nbs/72_reproduce.ipynb #b431fc37
 import json
@@ -28,7 +28,7 @@ from .attention import pe_examples
 from .bench import bench_attention, bench_model, bench_peers, dape_fast_measure, growth_exponent, long_eval_rows, matmul_peak_gflops
 from .data import CORPORA, check_corpus, corpus_info, corpus_split, exclusive_lock
 from .evaluate import PROTOCOL, perplexity, position_losses
-from .model import GPTConfig, check_model_spec, flops_per_token
+from .model import GPTConfig, check_model_spec, flops_per_token, map_pes
 from .pe.cdape import delta_p
 from .pe.window import with_window
 from .pretrained import PRETRAINED_SETTINGS, pretrained_grid
@@ -212,6 +212,11 @@ class Partial:
 def _safe(s: str) -> str: return s.replace(":", "_").replace("=", "-").replace("/", "_")
 
 
+def windowed(pe, w: int):
+    "A trained model's PE in a window of width `w` (the window yardstick), every layer's PE of a layer pattern wrapped on its own."
+    return map_pes(pe, lambda p: with_window(p, w))
+
+
 def lm_run_dir(ctx: Context, spec: str, seed: int) -> Path:
     "The run directory of language model `spec` at `seed`: out/runs/<budget>/lm/<spec>-seed<seed>."
     return ctx.runs / "lm" / f"{_safe(spec)}-seed{seed}"
@@ -300,7 +305,7 @@ def unit_position(ctx: Context, S: dict, part: Partial) -> dict:
             model, _ = train_lm(ctx, S, spec, S["seed"])
             c = {spec: position_losses(model, test, L, n_windows=n).tolist()}
             if spec == S["windowed"]:
-                model.pe = with_window(model.pe, S["train_len"])
+                model.pe = windowed(model.pe, S["train_len"])
                 c[f"{spec} windowed@{S['train_len']}"] = position_losses(model, test, L, n_windows=n).tolist()
             return c
         curves.update(part.get(spec, one))

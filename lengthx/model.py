@@ -47,7 +47,11 @@ def pattern_spec(pe) -> str:
     items = list(pe) if isinstance(pe, (list, tuple)) else pe.split(LAYER_SEP) if isinstance(pe, str) else None
     if not items or any(not isinstance(s, str) or not s.strip() for s in items):
         raise ValueError(f"GPTConfig.pe must be a non-empty PE spec string or a non-empty list of them, got {pe!r}")
-    return LAYER_SEP.join(_shortest_cycle([canonical_spec(s) for s in items]))
+    try: specs = [canonical_spec(s) for s in items]
+    except ValueError as e:   # name the pattern too: the bad spec is one layer's
+        if len(items) == 1: raise
+        raise ValueError(f"layer pattern {LAYER_SEP.join(items)!r}: {e}") from None
+    return LAYER_SEP.join(_shortest_cycle(specs))
 
 
 def pattern_specs(pe) -> list[str]:

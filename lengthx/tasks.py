@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .attention import Positions, build_pe, parse_spec
-from .model import GPT, GPTConfig
+from .model import LAYER_SEP, GPT, GPTConfig, build_model_pe, pattern_spec, pattern_specs
 from .pe.random import randomized_positions
 from .evaluate import estimate_eval_memory, format_bytes, memory_budget
 from .results import provenance, read_results, write_results
@@ -422,10 +422,19 @@ def _innermost(spec: str) -> str:
     return name if inner is None else _innermost(inner)
 
 
+def _randomizes(spec: str) -> bool:
+    "Whether a randomized CHE run wraps `spec`: it reads positions and is not randomized already."
+    return _innermost(spec) != "nope" and parse_spec(spec)[0] != "randomized"
+
+
 def che_spec(pe: str, randomized: bool = True, max_pos: int = 2048) -> str:
-    "The PE spec of a CHE run: `randomized:max_len=N:eval_random=true:<pe>` when randomized and `pe` reads positions."
-    if not randomized or _innermost(pe) == "nope" or parse_spec(pe)[0] == "randomized": return pe
-    return f"randomized:max_len={max_pos}:eval_random=true:{pe}"
+    "The PE spec of a CHE run: `randomized:max_len=N:eval_random=true:<pe>` when randomized and `pe` reads positions; a layer pattern's layers each so."
+    if LAYER_SEP not in pe:
+        return f"randomized:max_len={max_pos}:eval_random=true:{pe}" if randomized and _randomizes(pe) else pe
+    layers = pattern_specs(pe)   # positions are built once for every layer: a NoPE layer is wrapped too, so all build the same kind
+    if not randomized or not any(_randomizes(s) for s in layers): return pe
+    return LAYER_SEP.join(s if parse_spec(s)[0] == "randomized" else f"randomized:max_len={max_pos}:eval_random=true:{s}"
+                          for s in layers)
 
 # %% ../nbs/60_che.ipynb #bfff38b3
 @dataclass
@@ -455,6 +464,7 @@ class CHEConfig:
     def __post_init__(self):
         self.test_lens = tuple(int(L) for L in self.test_lens)
         self.ind_lens = tuple(int(L) for L in self.ind_lens)
+        if isinstance(self.pe, (list, tuple)): self.pe = pattern_spec(self.pe)   # a layer pattern as a list: its one string
         if self.task not in che_tasks(): raise ValueError(f"unknown task {self.task!r}; choose from {sorted(che_tasks())}")
         if self.steps < 1 or self.batch_size < 1 or self.train_max_len < 1: raise ValueError("steps, batch_size and train_max_len must be >= 1")
         if not self.test_lens or min(self.test_lens) < 1: raise ValueError(f"test lengths must be >= 1, got {self.test_lens[:5]}")
@@ -648,8 +658,8 @@ def run_che_grid(tasks: Sequence[str], pes: Sequence[str], base: CHEConfig, out:
     for t in tasks:
         if t not in known: raise ValueError(f"unknown task {t!r}; choose from {sorted(known)}")
     for pe in pes:   # fail on a bad spec before any training
-        build_pe(che_spec(pe, base.randomized, base.max_pos), n_heads=base.n_head, head_dim=base.d_model // base.n_head,
-                 d_model=base.d_model, n_layers=base.n_layer, max_len=base.max_pos)
+        build_model_pe(GPTConfig(n_layer=base.n_layer, n_head=base.n_head, d_model=base.d_model, max_len=base.max_pos,
+                                 pe=che_spec(pe, base.randomized, base.max_pos), causal=False))
     for t in tasks:   # and on a test length that cannot be evaluated
         for pe in pes: check_test_lens(CHEConfig(**{**asdict(base), "task": t, "pe": pe}))
     settings = {k: v for k, v in asdict(base).items() if k not in ("task", "pe", "device")}

@@ -32,9 +32,8 @@ from torch import Tensor, nn
 
 import lengthx
 from .data import LockedError, append_bytes, atomic_write_bytes, batch_at, corpus_tokens, exclusive_lock, open_regular, read_regular
-from .attention import canonical_spec
 from .evaluate import available_memory, estimate_train_memory, format_bytes
-from .model import GPT, PRESETS, GPTConfig, flops_per_token
+from .model import GPT, PRESETS, GPTConfig, flops_per_token, pattern_spec
 
 # %% auto #0
 __all__ = ['QUICK', 'SEED_MAX', 'RUN_FIELDS', 'DECAY_MODULES', 'CKPT_FORMAT', 'RUN_FORMAT', 'CKPT_JSON', 'RUN_JSON', 'METRICS',
@@ -496,8 +495,8 @@ def _tensor_file(run_dir: Path, state: dict, prefix: str) -> Path:
 
 
 def _canonical_pe(spec):
-    "A stored spec in canonical form (`' ROPE '` -> `'rope'`); one that no longer parses is kept as it is."
-    with contextlib.suppress(Exception): return canonical_spec(spec)
+    "A stored spec or layer pattern in canonical form (`' ROPE '` -> `'rope'`, `'rope/ NOPE'` -> `'rope/nope'`); one that no longer parses is kept as it is."
+    with contextlib.suppress(Exception): return pattern_spec(spec)
     return spec
 
 

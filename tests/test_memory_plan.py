@@ -30,7 +30,8 @@ MEASURE = textwrap.dedent("""
     rows = []
     for spec, T, B in cases:
         torch.manual_seed(0)
-        m = GPT(GPTConfig.preset("tiny", pe=spec, max_len=max(64, T)))
+        n_layer = max(2, len(spec.split("/")))                # a layer pattern gets one layer per spec of its cycle
+        m = GPT(GPTConfig.preset("tiny", pe=spec, n_layer=n_layer, max_len=max(64, T)))
         ids = torch.randint(0, 256, (B, T + 1))
         n = sum(p.numel() for p in m.parameters())
         if mode == "eval":
@@ -66,6 +67,21 @@ def test_eval_estimate_holds_for_every_family():
     from lengthx.attention import _REGISTRY, known_pes
     specs = [_REGISTRY[n].examples[0] for n in known_pes()]     # one spec per family, wrappers around their example
     check(measure("eval", [[s, T, B] for s in specs for T, B in CASES]))
+
+
+# layer patterns (chapter 14): a cheap first PE with a dearer one later (a logits hook, a shared bias, a row bias), two
+# shared biases kept side by side, and iRoPE with and without its chunks
+PATTERNS = ["rope/rope/rope/nope", "nope/cope", "rope/alibi", "alibi/kerple_log", "chunk:c=64:rope/chunk:c=64:rope/chunk:c=64:rope/nope"]
+
+
+def test_eval_estimate_holds_for_layer_patterns():
+    "The peak of a layer pattern is its costliest layer's (on top of the shared biases kept so far), not its first PE's."
+    check(measure("eval", [[s, T, B] for s in PATTERNS for T, B in CASES]))
+
+
+def test_train_estimate_holds_for_layer_patterns():
+    "Each layer keeps what its own PE and path keep for backward; a learned bias's mask is kept once per PE, not per layer."
+    check(measure("train", [[s, T, B] for s in ("rope/rope/rope/nope", "alibi/kerple_log") for T, B in ((256, 4), (512, 2))]))
 
 
 def test_train_estimate_holds():
