@@ -448,13 +448,13 @@ def _positions(kwargs: dict, B: int, Tq: int, Tk: int, device, mask=None) -> tup
     pid, end = kwargs.get("position_ids"), _written(mask, Tq, Tk)
     pq = torch.arange(end - Tq, end, device=device).expand(B, Tq) if pid is None else pid.to(device).expand(B, Tq)
     pk = pq if Tq == Tk else pq[:, -1:] - torch.arange(end - 1, end - 1 - Tk, -1, device=device)
-    return pq, pk.clamp_min(0)   # keys before position 0 are left padding, keys after the last written (a static cache) unwritten: both masked
+    return pq, pk.clamp_min(0)   # keys before position 0 are left padding, keys after the last query's unwritten: both masked
 
 
 def _attend_masked(q: Tensor, k: Tensor, v: Tensor, pe, pq: Tensor, pk: Tensor, mask: Optional[Tensor], scale: float,
                    softcap: Optional[float], window: Optional[int], causal: bool, block: int = 256) -> Tensor:
     "Blocks of queries: lengthx's rotation and logits, then the model's soft-capping and mask (4-D bool or additive; else causal and window), softmax."
-    Pq, Pk = Positions(pq), Positions(pk)
+    Pq, Pk = Positions(pq), Positions(torch.minimum(pk, pq.amax(-1, keepdim=True)))   # a length-dependent PE (dynamic NTK) sees no unwritten key
     if pe.uses_rotate: q, k = pe.rotate(q, q, Pq)[0], pe.rotate(k, k, Pk)[1]
     neg, outs = torch.finfo(torch.float32).min, []   # a finite floor: a fully masked (padding) row stays finite, as in HF's eager path
     for s in range(0, q.shape[2], block):
