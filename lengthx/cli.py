@@ -178,7 +178,7 @@ def _cmd_train(a):
     check_model_spec(mcfg)   # a layer pattern: each layer's spec, and the pattern (one position kind, at most n_layer specs)
     extra = {} if a.ckpt_every is None else {"ckpt_every": a.ckpt_every}
     tcfg = TrainConfig(steps=a.steps, batch_size=a.batch_size, length=a.train_len, lr=a.lr, warmup=a.warmup,
-                       seed=a.seed, device=a.device, dtype=a.dtype, compile=a.compile, **extra)
+                       seed=a.seed, device=a.device, dtype=a.dtype, compile=a.compile, i_know=a.i_know, **extra)
     _, hist = train_run(mcfg, tcfg, out, progress=not a.quiet, tokens=corpus_split(a.corpus, "train"))
     loss = f"final loss {hist[-1]['loss']:.4f}" if hist else "nothing left to train"
     print(f"trained {mcfg.pe} ({a.preset}, train length {a.train_len}) to step {tcfg.steps}; {loss}; run dir {out}")
@@ -192,7 +192,7 @@ def _cmd_eval(a):
     out = _out_dir(a, "where eval.json goes", required=False)
     from tqdm import tqdm
     from lengthx.data import check_cache_dir, corpus_split
-    from lengthx.evaluate import check_lengths, check_protocol, eval_lengths, perplexity, plan_eval, protocol_windows
+    from lengthx.evaluate import check_eval_time, check_lengths, check_protocol, count_windows, eval_lengths, perplexity, plan_eval
     from lengthx.results import provenance, write_results
     from lengthx.train import load_model, read_checkpoint_state, resolve_device
     check_cache_dir()
@@ -205,17 +205,18 @@ def _cmd_eval(a):
     check_lengths(lens, len(test), a.split)
     model = load_model(run, str(resolve_device(a.device)))
     used = {}
-    for L in lens:                                     # every length checked, and its memory planned, before any work
+    for L in lens:                                     # every length checked, its memory and time planned, before any work
         kw = p.kwargs(L, tl)
-        used[L] = len(protocol_windows(kw.pop("protocol"), len(test), L, **kw))   # checks every argument too
+        used[L] = count_windows(kw.pop("protocol"), len(test), L, **kw)   # checks every argument too
         plan_eval(model, L)                            # ValueError (exit 2) when no path fits the memory budget
+        check_eval_time(model, used[L], L, i_know=a.i_know)   # likewise above MAX_EVAL_SECONDS, unless --i-know
     short = {L: n for L, n in used.items() if p.protocol == "last_k" and n < p.n_windows}
     if short: _say(f"lengthx eval: the {a.split} split holds fewer windows than --n-windows {p.n_windows} at "
                    + ", ".join(f"L={L} ({n})" for L, n in short.items()) + "; each length is scored on the windows it has")
     _say(f"lengthx eval: {run}: {pe}, trained at length {tl}, checkpoint at step {step}")
     ppl = {}
     for L in tqdm(lens, desc="eval", unit="length", disable=a.quiet, file=sys.stderr):
-        try: v = perplexity(model, test, L, progress=not a.quiet and L >= 2048, **p.kwargs(L, tl))
+        try: v = perplexity(model, test, L, progress=not a.quiet and L >= 2048, i_know=a.i_know, **p.kwargs(L, tl))
         except ValueError as e: v = f"error: {_one_line(e)}"
         ppl[L] = v
         tqdm.write(f"ppl={_fmt(v)} ({p.label(L, tl, used[L])})" + (f"  {v}" if isinstance(v, str) else ""), file=sys.stdout)
@@ -249,7 +250,7 @@ def _cmd_sweep(a):
     print(f"lengthx sweep: {len(pes)} PEs, {b.preset} model trained at {b.train_len} for {b.steps} steps, "
           f"evaluated at 1x..{p.max_factor}x ({setting}) -> {out}", flush=True)
     res = run_sweep(pes, a.budget if not over else b, out, protocol=p, seed=a.seed, device=a.device,
-                    progress=not a.quiet, command=a.command, figure=True, ymax=a.ymax, corpus=a.corpus)
+                    progress=not a.quiet, command=a.command, figure=True, ymax=a.ymax, corpus=a.corpus, i_know=a.i_know)
     print(f"perplexity ({setting}, L = the column)")
     print(sweep_table(res))
     print(f"wrote {out / 'results.json'} and {out / 'sweep.png'}")
@@ -473,6 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dtype", default="float32", choices=["float32", "bf16", "fp16"], help="autocast precision (fp16 needs CUDA)")
     t.add_argument("--compile", action="store_true", help="torch.compile the model (GPU)")
     t.add_argument("--out", type=_dir, metavar="DIR", default=None, help="the run directory: checkpoints, metrics; rerun to resume (required)")
+    t.add_argument("--i-know", action="store_true", help="train even when one step is estimated above lengthx.train.MAX_STEP_SECONDS")
     _add_common(t)
     _alias(t, "--run-dir", "--out", "out", type=_dir); _alias(t, "--length", "--train-len", "train_len", type=_positive)
     t.set_defaults(fn=_cmd_train)
@@ -483,6 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_protocol(e)
     e.add_argument("--split", default="test", choices=SPLITS, help="corpus split to score")
     e.add_argument("--out", type=_dir, metavar="DIR", default=None, help="also write DIR/eval.json (default: print only)")
+    e.add_argument("--i-know", action="store_true", help="evaluate even when a length is estimated above lengthx.evaluate.MAX_EVAL_SECONDS")
     _add_common(e)
     _alias(e, "--run-dir", "--run", "run", type=_dir)
     e.set_defaults(fn=_cmd_eval)
@@ -497,6 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=_seed, default=0, help="seed of every model")
     s.add_argument("--out", type=_dir, metavar="DIR", default="runs/sweep", help="results.json, sweep.png, one run directory per PE; rerun to resume")
     s.add_argument("--ymax", type=_rate, default=None, help="upper limit of the figure's ppl axis (default: automatic)")
+    s.add_argument("--i-know", action="store_true", help="train and evaluate even above the time bounds of train and eval")
     _add_common(s)
     s.set_defaults(fn=_cmd_sweep)
 

@@ -22,15 +22,17 @@ from .model import LayerPattern, build_model_pe
 from .pe.dape import DAPE, DAPEBiasOnly
 from .pe.window import WindowPE
 from .pe import fused
+from .model import flops_per_token
 
 # %% auto #0
-__all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'PE_COLOURS', 'PE_STYLE', 'LINE_STYLES', 'MARKERS', 'LOG_MANTISSAS',
-           'PROTOCOL', 'check_protocol_args', 'last_k_windows', 'nonoverlap_windows', 'sliding_windows',
-           'protocol_windows', 'window_losses', 'parse_bytes', 'format_bytes', 'available_memory', 'memory_budget',
-           'fused_refine_runs', 'fused_weights_run', 'estimate_eval_memory', 'estimate_train_memory', 'EvalPlan',
-           'plan_eval', 'check_tokens', 'perplexity', 'window_ppl_interval', 'position_losses', 'ppl_curve',
-           'eval_lengths', 'pe_family', 'pe_style', 'pe_styles', 'linear_ticks', 'log_ticks', 'label_log_axis',
-           'plot_ppl', 'Protocol', 'check_protocol', 'check_lengths']
+__all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'THROUGHPUT', 'MAX_EVAL_SECONDS', 'PE_COLOURS', 'PE_STYLE', 'LINE_STYLES',
+           'MARKERS', 'LOG_MANTISSAS', 'PROTOCOL', 'check_protocol_args', 'last_k_windows', 'nonoverlap_windows',
+           'sliding_windows', 'protocol_windows', 'window_losses', 'parse_bytes', 'format_bytes', 'available_memory',
+           'memory_budget', 'fused_refine_runs', 'fused_weights_run', 'estimate_eval_memory', 'estimate_train_memory',
+           'EvalPlan', 'plan_eval', 'flops_per_second', 'count_windows', 'estimate_eval_seconds', 'check_eval_time',
+           'check_tokens', 'perplexity', 'window_ppl_interval', 'position_losses', 'ppl_curve', 'eval_lengths',
+           'pe_family', 'pe_style', 'pe_styles', 'linear_ticks', 'log_ticks', 'label_log_axis', 'plot_ppl', 'Protocol',
+           'check_protocol', 'check_lengths']
 
 # %% ../nbs/53_evaluate.ipynb #12c3b9d5
 PROTOCOLS = ("last_k", "nonoverlap", "sliding")
@@ -407,6 +409,52 @@ def plan_eval(model, length: int, *, batch: int = 1, budget: Optional[int] = Non
     raise ValueError(f"evaluation at length={length} needs an estimated {' and '.join(tried)} for one window, more than "
                      f"the memory budget of {format_bytes(budget)}; use a shorter length or set LENGTHX_MEM_BUDGET")
 
+# %% ../nbs/53_evaluate.ipynb #5b81e587
+# assumed sustained throughput, FLOP/s: 2e10 per CPU thread, 1e14 for a CUDA GPU (bf16 on an H100-class card reaches a
+# few times more; float32 less), 5e12 for Apple's MPS: deliberately rough, for refusing hours of work, not for timing
+THROUGHPUT = {"cpu": 2e10, "cuda": 1e14, "mps": 5e12}
+MAX_EVAL_SECONDS = 3600.0   # one length's evaluation estimated above an hour is refused unless i_know (the book's take seconds)
+
+
+def flops_per_second(device=None) -> float:
+    "The assumed sustained FLOP/s on `device`: THROUGHPUT per CPU thread times torch's threads, else the accelerator's."
+    d = torch.device(device or "cpu")
+    return THROUGHPUT.get(d.type, THROUGHPUT["cpu"]) * (torch.get_num_threads() if d.type == "cpu" else 1)
+
+
+def count_windows(protocol: str, n_tokens: int, length: int, *, k: int = 256, stride: Optional[int] = None,
+                  n_windows: int = 16, max_tokens: Optional[int] = None, anchor: Optional[int] = None) -> int:
+    "`len(protocol_windows(...))` from the arithmetic alone: nothing is built, so a stride of 1 on a long stream costs nothing."
+    check_protocol_args(protocol, n_tokens, length, k=k, stride=stride, n_windows=n_windows, max_tokens=max_tokens,
+                        anchor=anchor)
+    if protocol == "last_k": return min(n_windows, n_tokens - (length if anchor is None else anchor))
+    if protocol == "nonoverlap": return min((n_tokens - 1) // length, (max_tokens or n_tokens) // length)
+    return (min(n_tokens - 1, max_tokens or n_tokens) - length) // (stride or max(1, length // 2)) + 1
+
+
+def estimate_eval_seconds(model_or_cfg, windows: int, length: int, device=None) -> float:
+    "Seconds of `windows` forwards of `length` tokens: a third of `flops_per_token` (2N + 4·L·T·d) per token ÷ the assumed throughput."
+    cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
+    return windows * length * flops_per_token(cfg, length) / 3 / flops_per_second(device)
+
+
+def _duration(sec: float) -> str:
+    return f"{sec / 3600:,.1f} h" if sec >= 3600 else f"{sec / 60:,.1f} min" if sec >= 60 else f"{sec:,.0f} s"
+
+
+def check_eval_time(model_or_cfg, windows: int, length: int, *, device=None, i_know: bool = False) -> Optional[float]:
+    "The estimated seconds of an evaluation; a one-line ValueError above MAX_EVAL_SECONDS unless `i_know` (None: not a GPT)."
+    cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
+    if not all(hasattr(cfg, a) for a in ("n_layer", "d_model", "vocab_size")): return None
+    device = torch.device(device) if device is not None else _device_of(model_or_cfg)
+    sec = estimate_eval_seconds(cfg, windows, length, device)
+    if sec > MAX_EVAL_SECONDS and not i_know:
+        raise ValueError(f"evaluating {windows:,} window(s) of length {length:,} is estimated at {_duration(sec)} on {device} "
+                         f"({cfg.n_layer} layers of width {cfg.d_model}), above the {MAX_EVAL_SECONDS:.0f} s limit: use a "
+                         "larger stride, fewer windows (n_windows, max_tokens) or a shorter length, or pass i_know=True to run "
+                         "it anyway (lengthx eval: --stride, --n-windows, --lengths, --i-know)")
+    return sec
+
 # %% ../nbs/53_evaluate.ipynb #0ee6a348
 def check_tokens(tokens, model=None) -> None:
     "A 1-D tensor of integer token ids, each inside the model's vocabulary when it declares one; else a one-line ValueError."
@@ -425,12 +473,15 @@ def check_tokens(tokens, model=None) -> None:
 def perplexity(model: Callable, tokens: Tensor, length: int, *, protocol: str = "last_k", k: int = 256,
                stride: Optional[int] = None, n_windows: int = 16, max_tokens: Optional[int] = None,
                tokens_per_batch: int = 8192, progress: bool = False, mem_budget: Optional[int] = None,
-               return_plan: bool = False, anchor: Optional[int] = None, interval: Optional[float] = None):
-    "Perplexity of `model` on `tokens` at `length` under `protocol`; with `interval`, also its bootstrap interval over windows."
+               return_plan: bool = False, anchor: Optional[int] = None, interval: Optional[float] = None,
+               i_know: bool = False):
+    "Perplexity of `model` on `tokens` at `length` under `protocol` (refused first above the memory or time bound, unless `i_know` for time); with `interval`, also its bootstrap interval over windows."
     check_tokens(tokens, model)
-    wins = protocol_windows(protocol, len(tokens), length, k=k, stride=stride, n_windows=n_windows, max_tokens=max_tokens,
-                            anchor=anchor)
-    plan = plan_eval(model, length, batch=max(1, min(len(wins), tokens_per_batch // length)), budget=mem_budget)
+    how = dict(k=k, stride=stride, n_windows=n_windows, max_tokens=max_tokens, anchor=anchor)
+    n = count_windows(protocol, len(tokens), length, **how)
+    plan = plan_eval(model, length, batch=max(1, min(n, tokens_per_batch // length)), budget=mem_budget)
+    check_eval_time(model, n, length, i_know=i_know)          # before the windows are built or any forward runs
+    wins = protocol_windows(protocol, len(tokens), length, **how)
     if plan.switched and plan.default_path is not None:
         print(f"lengthx: L={length}: {plan.describe()} (path {plan.default_path!r} would exceed it)", file=sys.stderr)
     nll = window_losses(model, tokens, wins, length, progress=progress, batch=plan.batch, path=plan.path)
@@ -452,11 +503,12 @@ def window_ppl_interval(nll: Tensor, keep: Tensor, level: float = 0.9, n_boot: i
 
 # %% ../nbs/53_evaluate.ipynb #38b9bf1f
 def position_losses(model: Callable, tokens: Tensor, length: int, *, n_windows: int = 16,
-                    tokens_per_batch: int = 8192) -> Tensor:
-    "Mean loss [length] at each position of a window (evenly spaced windows), in nats."
+                    tokens_per_batch: int = 8192, i_know: bool = False) -> Tensor:
+    "Mean loss [length] at each position of a window (evenly spaced windows), in nats; refused first like `perplexity`."
     check_tokens(tokens, model)
     wins = last_k_windows(len(tokens), length, k=length, n_windows=n_windows)
     plan = plan_eval(model, length, batch=max(1, min(len(wins), tokens_per_batch // length)))
+    check_eval_time(model, len(wins), length, i_know=i_know)
     return window_losses(model, tokens, wins, length, batch=plan.batch, path=plan.path).mean(0)
 
 

@@ -30,20 +30,20 @@ from tqdm.auto import tqdm
 
 from .attention import Positions, attention, build_pe, causal_mask, parse_spec, pick_path
 from .data import decode_utf8, stdlib_files
-from .evaluate import format_bytes, memory_budget, protocol_windows
+from .evaluate import flops_per_second, format_bytes, memory_budget, protocol_windows
 from .pe.rotary import RoPE
 
 # %% auto #0
-__all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'KNOWN_GGUF', 'GLOBAL_LAYERS', 'FLOPS_PER_SECOND',
-           'MATERIALIZED_SLOWDOWN', 'ATTENTION_BLOCK', 'TINY_FAMILIES', 'PASSKEY_INTRO', 'PASSKEY_FILLER',
-           'PASSKEY_QUESTION', 'PRETRAINED_SETTINGS', 'require_transformers', 'weights_location', 'check_gguf',
-           'load_pretrained', 'RotaryFacts', 'rotary_facts', 'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens',
-           'scored_losses', 'ForwardCost', 'lm_forward_cost', 'check_forward_cost', 'lm_perplexity', 'model_spec',
-           'rotary_pe', 'half_to_interleaved', 'rotary_layout', 'LayerPE', 'lengthx_attention', 'IdentityRotary',
-           'Extension', 'extend', 'hf_rope_parameters', 'hf_twin', 'tiny_hf', 'hf_agreement', 'padded_batch',
-           'extension_features', 'family_check', 'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial',
-           'greedy_answer', 'passkey_grid', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid',
-           'finetune', 'grid_curves']
+__all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'KNOWN_GGUF', 'GLOBAL_LAYERS', 'MATERIALIZED_SLOWDOWN',
+           'ATTENTION_BLOCK', 'TINY_FAMILIES', 'PASSKEY_INTRO', 'PASSKEY_FILLER', 'PASSKEY_QUESTION',
+           'PRETRAINED_SETTINGS', 'require_transformers', 'weights_location', 'check_gguf', 'load_pretrained',
+           'RotaryFacts', 'rotary_facts', 'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens', 'scored_losses',
+           'ForwardCost', 'lm_forward_cost', 'check_forward_cost', 'lm_perplexity', 'model_spec', 'rotary_pe',
+           'half_to_interleaved', 'rotary_layout', 'LayerPE', 'lengthx_attention', 'IdentityRotary', 'Extension',
+           'extend', 'hf_rope_parameters', 'hf_twin', 'tiny_hf', 'hf_agreement', 'padded_batch', 'extension_features',
+           'family_check', 'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer',
+           'passkey_grid', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid', 'finetune',
+           'grid_curves']
 
 # %% ../nbs/13_pretrained.ipynb #2e54b631
 SMOLLM2 = "smollm2-135m"
@@ -276,7 +276,6 @@ def scored_losses(model, tokens: Tensor, windows: Sequence[tuple[int, int]], len
     return torch.cat(out)
 
 
-FLOPS_PER_SECOND = {"cpu": 2.5e10, "cuda": 2e13}   # assumed float32 rates for the rough time estimate (CPU: per thread)
 MATERIALIZED_SLOWDOWN = 6.0                         # attention on materialized score blocks, against the flash path (measured on a CPU)
 ATTENTION_BLOCK = 256                           # queries per block on lengthx's materialized paths
 
@@ -318,8 +317,7 @@ def lm_forward_cost(model, length: int, scored: int = 1, device=None) -> Forward
     logits = 3 * scored * cfg.vocab_size * 4
     body = sum(q.numel() for name, q in hf.named_parameters() if "embed" not in name and "lm_head" not in name)
     dense, attention_flops = 2.0 * body * T + 2.0 * scored * cfg.vocab_size * d, 2.0 * n * T * T * H * Dh
-    rate = FLOPS_PER_SECOND["cuda"] if dev.type == "cuda" else FLOPS_PER_SECOND["cpu"] * torch.get_num_threads()
-    seconds = (dense + attention_flops * (MATERIALIZED_SLOWDOWN if blocks else 1.0)) / rate
+    seconds = (dense + attention_flops * (MATERIALIZED_SLOWDOWN if blocks else 1.0)) / flops_per_second(dev)   # chapter 53's rate
     return ForwardCost(T, int(T * per_token + attn + logits), dense + attention_flops, seconds)
 
 
@@ -436,18 +434,27 @@ class LayerPE:
     nope: object
 
 
-def _positions(kwargs: dict, B: int, Tq: int, Tk: int, device) -> tuple[Tensor, Tensor]:
-    "Query positions (the model's `position_ids`) and key positions (consecutive, ending at the last query's: a cache's keys)."
-    pid = kwargs.get("position_ids")
-    pq = torch.arange(Tk - Tq, Tk, device=device).expand(B, Tq) if pid is None else pid.to(device).expand(B, Tq)
-    pk = pq if Tq == Tk else pq[:, -1:] - torch.arange(Tk - 1, -1, -1, device=device)
-    return pq, pk.clamp_min(0)   # keys before position 0 are left padding, masked by the model's mask
+def _written(mask, Tq: int, Tk: int) -> int:
+    "Keys a cache holds so far: a dynamic cache returns just those (Tk), a static one its whole buffer, where the mask's last row ends."
+    if mask is None: return Tq if 1 < Tq < Tk else Tk   # no mask and more keys than queries: HF's causal flag, aligned top-left
+    if mask.dim() != 4: return Tk
+    row = mask[:, 0, -1, :Tk]                                   # what the last query may see, in every batch row
+    seen = row if row.dtype == torch.bool else row > torch.finfo(row.dtype).min / 2
+    return int(Tk - seen.flip(-1).int().argmax(-1).min()) if seen.any() else Tk   # the longest row sees its own key
+
+
+def _positions(kwargs: dict, B: int, Tq: int, Tk: int, device, mask=None) -> tuple[Tensor, Tensor]:
+    "Query positions (the model's `position_ids`) and key positions (consecutive, ending at the last query's key: a cache's keys)."
+    pid, end = kwargs.get("position_ids"), _written(mask, Tq, Tk)
+    pq = torch.arange(end - Tq, end, device=device).expand(B, Tq) if pid is None else pid.to(device).expand(B, Tq)
+    pk = pq if Tq == Tk else pq[:, -1:] - torch.arange(end - 1, end - 1 - Tk, -1, device=device)
+    return pq, pk.clamp_min(0)   # keys before position 0 are left padding, keys after the last query's unwritten: both masked
 
 
 def _attend_masked(q: Tensor, k: Tensor, v: Tensor, pe, pq: Tensor, pk: Tensor, mask: Optional[Tensor], scale: float,
                    softcap: Optional[float], window: Optional[int], causal: bool, block: int = 256) -> Tensor:
     "Blocks of queries: lengthx's rotation and logits, then the model's soft-capping and mask (4-D bool or additive; else causal and window), softmax."
-    Pq, Pk = Positions(pq), Positions(pk)
+    Pq, Pk = Positions(pq), Positions(torch.minimum(pk, pq.amax(-1, keepdim=True)))   # a length-dependent PE (dynamic NTK) sees no unwritten key
     if pe.uses_rotate: q, k = pe.rotate(q, q, Pq)[0], pe.rotate(k, k, Pk)[1]
     neg, outs = torch.finfo(torch.float32).min, []   # a finite floor: a fully masked (padding) row stays finite, as in HF's eager path
     for s in range(0, q.shape[2], block):
@@ -479,7 +486,7 @@ def lengthx_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
     if lp.perm is not None:
         perm = lp.perm.to(q.device)
         q, k = q[..., perm], k[..., perm]
-    pq, pk = _positions(kwargs, B, Tq, Tk, q.device)
+    pq, pk = _positions(kwargs, B, Tq, Tk, q.device, attention_mask)
     pe, softcap, window = lp.pe or lp.nope, kwargs.get("softcap"), kwargs.get("sliding_window")
     causal = getattr(module, "is_causal", True)
     if attention_mask is None and not softcap and Tq == Tk and not (window and Tk > window):   # lengthx's own paths

@@ -18,10 +18,10 @@ import torch
 from tqdm import tqdm
 
 from .data import check_corpus, corpus_split, exclusive_lock, save_figure
-from .evaluate import PROTOCOL, Protocol, eval_lengths, perplexity
+from .evaluate import PROTOCOL, Protocol, check_eval_time, count_windows, eval_lengths, perplexity
 from .model import GPTConfig
 from .results import RESULTS_MODE, final_record, int_lengths, provenance, read_results, write_results
-from .train import TrainConfig, train_run
+from .train import TrainConfig, resolve_device, train_run
 
 
 @dataclass(frozen=True)
@@ -57,22 +57,32 @@ def _safe(spec: str) -> str: return spec.replace(":", "_").replace("=", "-").rep
 def _one_line(e: BaseException) -> str: return " ".join(str(e).split()) or type(e).__name__
 
 
+def _check_eval_times(mcfg: GPTConfig, budget: Budget, protocol: Protocol, n_test: int, device: str, i_know: bool) -> None:
+    "Every length's evaluation time (`check_eval_time`), before training; a length the split cannot hold is left to its error row."
+    for L in eval_lengths(budget.train_len, protocol.max_factor):
+        kw = protocol.kwargs(L, budget.train_len)
+        try: n = count_windows(kw.pop("protocol"), n_test, L, **kw)
+        except ValueError: continue
+        check_eval_time(mcfg, n, L, device=resolve_device(device), i_know=i_know)
+
+
 def sweep_one(spec: str, budget: Budget, out: Path, *, protocol: Protocol = PROTOCOL, seed: int = 0,
-              device: str = "auto", progress: bool = True, train_tokens=None, test_tokens=None) -> dict:
-    "Train one PE under `budget` in `out/runs/<spec>` and evaluate it at 1x..max_factor x the training length."
+              device: str = "auto", progress: bool = True, train_tokens=None, test_tokens=None, i_know: bool = False) -> dict:
+    "Train one PE under `budget` in `out/runs/<spec>` and evaluate it at 1x..max_factor x the training length (time bounds unless `i_know`)."
     mcfg = GPTConfig.preset(budget.preset, pe=spec, max_len=budget.train_len)
     tcfg = TrainConfig(steps=budget.steps, batch_size=budget.batch_size, length=budget.train_len, lr=budget.lr,
                        warmup=budget.warmup, grad_accum=budget.grad_accum, seed=seed, dtype=budget.dtype,
-                       compile=budget.compile, device=device, ckpt_every=max(50, budget.steps // 10))
+                       compile=budget.compile, device=device, ckpt_every=max(50, budget.steps // 10), i_know=i_know)
+    test = corpus_split("stdlib", "test") if test_tokens is None else test_tokens
+    _check_eval_times(mcfg, budget, protocol, len(test), device, i_know)
     model, hist = train_run(mcfg, tcfg, Path(out) / "runs" / _safe(spec), tokens=train_tokens, progress=progress,
                             prog="lengthx sweep")
     last = final_record(hist, budget.steps, Path(out) / "runs" / _safe(spec))   # every step's record, or a clear error
     t_train = last["time"]   # cumulative, also across a resumed run
     t_eval = time.time()
-    test = corpus_split("stdlib", "test") if test_tokens is None else test_tokens
     ppl, band = {}, {}
     for L in eval_lengths(budget.train_len, protocol.max_factor):
-        try: ppl[L], band[L] = perplexity(model, test, L, interval=SWEEP_INTERVAL, **protocol.kwargs(L, budget.train_len))
+        try: ppl[L], band[L] = perplexity(model, test, L, interval=SWEEP_INTERVAL, i_know=i_know, **protocol.kwargs(L, budget.train_len))
         except ValueError as e: ppl[L] = f"error: {e}"
         except torch.OutOfMemoryError as e: ppl[L] = f"error: out of memory ({_one_line(e)[:80]})"
     return {"spec": spec, "ppl": ppl, "ppl_interval": {L: [round(lo, 4), round(hi, 4)] for L, (lo, hi) in band.items()},
@@ -102,7 +112,8 @@ def sweep_settings(budget: str | Budget, protocol: Protocol, seed: int) -> dict:
 
 def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Path = "runs/sweep", *,
               protocol: Protocol = PROTOCOL, seed: int = 0, device: str = "auto", progress: bool = True,
-              command: str = "", figure: bool = False, ymax: Optional[float] = None, corpus: str = "stdlib") -> dict:
+              command: str = "", figure: bool = False, ymax: Optional[float] = None, corpus: str = "stdlib",
+              i_know: bool = False) -> dict:
     "Train and evaluate every spec in `pes`, one writer per `out` (a lock), `out/results.json` rewritten after each PE."
     b = BUDGETS[budget] if isinstance(budget, str) else budget
     out = Path(out)
@@ -126,7 +137,7 @@ def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Pat
         for spec in bar:
             bar.set_postfix_str(spec)
             row = sweep_one(spec, b, out, protocol=protocol, seed=seed, device=device, progress=progress,
-                            train_tokens=train_tokens, test_tokens=test_tokens)
+                            train_tokens=train_tokens, test_tokens=test_tokens, i_know=i_know)
             res["rows"][spec] = row
             write_results(path, res)
             if progress: bar.write(format_row(row), file=sys.stderr)

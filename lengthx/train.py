@@ -32,20 +32,20 @@ from torch import Tensor, nn
 
 import lengthx
 from .data import LockedError, append_bytes, atomic_write_bytes, batch_at, corpus_tokens, exclusive_lock, open_regular, read_regular
-from .evaluate import available_memory, estimate_train_memory, format_bytes
+from .evaluate import THROUGHPUT, available_memory, estimate_train_memory, flops_per_second, format_bytes  # THROUGHPUT: also lengthx.train.THROUGHPUT
 from .model import GPT, PRESETS, GPTConfig, flops_per_token, pattern_spec
 
 # %% auto #0
 __all__ = ['QUICK', 'SEED_MAX', 'RUN_FIELDS', 'DECAY_MODULES', 'CKPT_FORMAT', 'RUN_FORMAT', 'CKPT_JSON', 'RUN_JSON', 'METRICS',
-           'LOCK', 'MAX_STATE_BYTES', 'SIGTERM_GRACE', 'THROUGHPUT', 'MAX_STEP_SECONDS', 'CURRENT_RUN', 'check_seed',
-           'TrainConfig', 'lr_at', 'available_devices', 'resolve_device', 'decay_parameters', 'make_optimizer',
-           'seed_everything', 'autocast_context', 'CheckpointError', 'CheckpointSaveError', 'RunMismatchError',
-           'TrainingDiverged', 'state_digest', 'flatten_optimizer_state', 'unflatten_optimizer_state',
-           'list_checkpoints', 'save_checkpoint', 'verify_checkpoint', 'read_checkpoint_state', 'find_checkpoint',
-           'weight_shapes', 'check_weights_fit_config', 'load_checkpoint', 'load_model', 'clean_run_dir',
-           'spread_positions', 'tokens_fingerprint', 'run_identity', 'check_checkpoint_run', 'StepInterrupted',
-           'dist_env', 'rank_slice', 'eval_loss', 'estimate_step_seconds', 'train', 'source_sha256', 'source_sha256_at',
-           'package_provenance', 'checkpoint_step', 'train_run']
+           'LOCK', 'MAX_STATE_BYTES', 'SIGTERM_GRACE', 'MAX_STEP_SECONDS', 'CURRENT_RUN', 'check_seed', 'TrainConfig',
+           'lr_at', 'available_devices', 'resolve_device', 'decay_parameters', 'make_optimizer', 'seed_everything',
+           'autocast_context', 'CheckpointError', 'CheckpointSaveError', 'RunMismatchError', 'TrainingDiverged',
+           'state_digest', 'flatten_optimizer_state', 'unflatten_optimizer_state', 'list_checkpoints',
+           'save_checkpoint', 'verify_checkpoint', 'read_checkpoint_state', 'find_checkpoint', 'weight_shapes',
+           'check_weights_fit_config', 'load_checkpoint', 'load_model', 'clean_run_dir', 'spread_positions',
+           'tokens_fingerprint', 'run_identity', 'check_checkpoint_run', 'StepInterrupted', 'dist_env', 'rank_slice',
+           'eval_loss', 'estimate_step_seconds', 'train', 'source_sha256', 'source_sha256_at', 'package_provenance',
+           'checkpoint_step', 'train_run']
 
 # %% ../nbs/52_train.ipynb #48e310cb
 QUICK = os.environ.get("LENGTHX_FULL") != "1"
@@ -885,17 +885,13 @@ def _check_memory(model_cfg: GPTConfig, cfg: TrainConfig, device: torch.device, 
                          "tokens per step) or the length")
 
 
-# assumed sustained training throughput, FLOP/s: 2e10 per CPU thread, 1e14 for a CUDA GPU (bf16 on an H100-class card
-# reaches a few times more; float32 less), 5e12 for Apple's MPS: deliberately rough, for refusing hours-long steps, not for timing
-THROUGHPUT = {"cpu": 2e10, "cuda": 1e14, "mps": 5e12}
-MAX_STEP_SECONDS = 600.0
+MAX_STEP_SECONDS = 600.0   # one step; the assumed throughput is chapter 53's THROUGHPUT (flops_per_second)
 
 
 def estimate_step_seconds(model_cfg: GPTConfig, cfg: TrainConfig, device: torch.device, world: int = 1) -> float:
     "Estimated seconds of one optimizer step: `flops_per_token` (6N plus the attention's 12·L·T·d) × tokens per step ÷ the assumed throughput."
-    per_s = THROUGHPUT.get(device.type, THROUGHPUT["cpu"]) * (torch.get_num_threads() if device.type == "cpu" else 1)
     tokens = cfg.grad_accum * cfg.batch_size * cfg.length
-    return flops_per_token(model_cfg, cfg.length) * tokens / (per_s * world)
+    return flops_per_token(model_cfg, cfg.length) * tokens / (flops_per_second(device) * world)
 
 
 def _check_time(model_cfg: GPTConfig, cfg: TrainConfig, device: torch.device, world: int) -> None:
@@ -906,7 +902,7 @@ def _check_time(model_cfg: GPTConfig, cfg: TrainConfig, device: torch.device, wo
         raise ValueError(f"one training step is estimated at {sec:,.0f} s on {device} (length {cfg.length}, batch_size "
                          f"{cfg.batch_size}, {model_cfg.n_layer} layers of width {model_cfg.d_model}; "
                          f"{cfg.steps} steps ≈ {sec * cfg.steps / 3600:,.1f} h), above the {MAX_STEP_SECONDS:.0f} s limit: "
-                         "lower the length or batch_size, or set TrainConfig.i_know=True to train anyway")
+                         "lower the length or batch_size, or set TrainConfig.i_know=True (lengthx: --i-know) to train anyway")
 
 
 def train(model_cfg: Union[GPTConfig, str], train_cfg: TrainConfig, tokens: Optional[Tensor] = None,
