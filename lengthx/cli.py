@@ -119,6 +119,13 @@ def _spec_list(s: str) -> list[str]:
     return v
 
 
+def _sweep_list(s: str) -> list[str]:
+    "'quick', 'default', 'all', or a comma list of PE specs (argparse type of sweep's --pes)."
+    if s.strip().lower() == "quick": return ["quick"]
+    try: return _spec_list(s)
+    except argparse.ArgumentTypeError: raise argparse.ArgumentTypeError(f"expected 'quick', 'default', 'all' or a comma list of PE specs (got {s!r})") from None
+
+
 def _dir(s: str) -> str:
     "A directory path (argparse type): an empty one would silently mean the current directory."
     if not s.strip(): raise argparse.ArgumentTypeError("must name a directory (got an empty path)")
@@ -233,17 +240,17 @@ def _fmt(v) -> str:
 
 def _cmd_sweep(a):
     out = _out_dir(a, "results.json, sweep.png and one run directory per PE")
-    from lengthx.attention import expand_specs
     from lengthx.data import check_cache_dir
     from lengthx.evaluate import check_protocol, eval_lengths
+    from lengthx.experiments import UNIT
     from lengthx.model import GPTConfig, check_model_spec
-    from lengthx.sweep import BUDGETS, run_sweep, sweep_table
+    from lengthx.sweep import BUDGETS, resolution_note, run_sweep, sweep_specs, sweep_table
     check_cache_dir()
     over = {k: v for k, v in dict(preset=a.preset, train_len=a.train_len, steps=a.steps).items() if v is not None}
     b = replace(BUDGETS[a.budget], **over)
     p = _protocol(a)
     check_protocol(p, eval_lengths(b.train_len, p.max_factor))
-    pes = expand_specs(a.pes)
+    pes = sweep_specs(a.pes)
     for s in pes: check_model_spec(GPTConfig.preset(b.preset, pe=s, max_len=b.train_len))
     setting = p.label(b.train_len, b.train_len).rsplit(", L=", 1)[0]
     print(f"lengthx sweep: {len(pes)} PEs, {b.preset} model trained at {b.train_len} for {b.steps} steps, "
@@ -252,6 +259,10 @@ def _cmd_sweep(a):
                     progress=not a.quiet, command=a.command, figure=True, ymax=a.ymax, corpus=a.corpus)
     print(f"perplexity ({setting}, L = the column)")
     print(sweep_table(res))
+    print(resolution_note(res))
+    book = UNIT["cpu"]["sweep"]
+    print(f"The README's figure is `lengthx reproduce --only sweep` (every family, {book['protocol']['n_windows']} windows "
+          "per length); chapter 57 (Evidence, nbs/57_evidence.ipynb) compares encodings across seeds.")
     print(f"wrote {out / 'results.json'} and {out / 'sweep.png'}")
 
 
@@ -486,7 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(fn=_cmd_eval)
 
     s = sub.add_parser("sweep", help="train one model per PE and evaluate each at 1x..16x the training length", **kw)
-    s.add_argument("--pes", type=_spec_list, default="default", help="'default' (one spec per family), 'all', or a comma list of specs")
+    s.add_argument("--pes", type=_sweep_list, default="quick", help="'quick' (one encoding per idea, about a minute on 2 CPU cores), 'default' (one spec per registry family), 'all' (every example), or a comma list of specs")
     s.add_argument("--budget", default="quick", choices=SWEEP_BUDGETS, help="training budget: quick (CPU, minutes), colab (one GPU, < 1 h), paper (the papers' scale)")
     s.add_argument("--preset", default=None, choices=MODEL_PRESETS, help="model size (default: the budget's)")
     s.add_argument("--train-len", type=_positive, default=None, help="training length (default: the budget's)")
