@@ -111,19 +111,12 @@ def _choices(s: str, allowed: Sequence[str]) -> list[str]:
     return v
 
 
-def _spec_list(s: str) -> list[str]:
-    "'default', 'all', or a comma list of PE specs (argparse type; each spec is checked by `check_spec` later)."
-    if s.strip().lower() in ("default", "all"): return [s.strip().lower()]
+def _spec_list(s: str, words: Sequence[str] = ("default", "all")) -> list[str]:
+    "One of `words` (sweep adds 'quick'), or a comma list of PE specs (argparse type; each spec is checked by `check_spec` later)."
+    if s.strip().lower() in words: return [s.strip().lower()]
     v = [p.strip() for p in s.split(",") if p.strip()]
-    if not v: raise argparse.ArgumentTypeError(f"expected 'default', 'all' or a comma list of PE specs (got {s!r})")
+    if not v: raise argparse.ArgumentTypeError(f"expected {', '.join(map(repr, words))} or a comma list of PE specs (got {s!r})")
     return v
-
-
-def _sweep_list(s: str) -> list[str]:
-    "'quick', 'default', 'all', or a comma list of PE specs (argparse type of sweep's --pes)."
-    if s.strip().lower() == "quick": return ["quick"]
-    try: return _spec_list(s)
-    except argparse.ArgumentTypeError: raise argparse.ArgumentTypeError(f"expected 'quick', 'default', 'all' or a comma list of PE specs (got {s!r})") from None
 
 
 def _dir(s: str) -> str:
@@ -260,8 +253,7 @@ def _cmd_sweep(a):
     print(f"perplexity ({setting}, L = the column)")
     print(sweep_table(res))
     print(resolution_note(res))
-    book = UNIT["cpu"]["sweep"]
-    print(f"The README's figure is `lengthx reproduce --only sweep` (every family, {book['protocol']['n_windows']} windows "
+    print(f"The README's figure is `lengthx reproduce --only sweep` (every family, {UNIT['cpu']['sweep']['protocol']['n_windows']} windows "
           "per length); chapter 57 (Evidence, nbs/57_evidence.ipynb) compares encodings across seeds.")
     print(f"wrote {out / 'results.json'} and {out / 'sweep.png'}")
 
@@ -497,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(fn=_cmd_eval)
 
     s = sub.add_parser("sweep", help="train one model per PE and evaluate each at 1x..16x the training length", **kw)
-    s.add_argument("--pes", type=_sweep_list, default="quick", help="'quick' (one encoding per idea, about a minute on 2 CPU cores), 'default' (one spec per registry family), 'all' (every example), or a comma list of specs")
+    s.add_argument("--pes", type=lambda v: _spec_list(v, ("quick", "default", "all")), default="quick", help="'quick' (one encoding per idea, about a minute on 2 CPU cores), 'default' (one spec per registry family), 'all' (every example), or a comma list of specs")
     s.add_argument("--budget", default="quick", choices=SWEEP_BUDGETS, help="training budget: quick (CPU, minutes), colab (one GPU, < 1 h), paper (the papers' scale)")
     s.add_argument("--preset", default=None, choices=MODEL_PRESETS, help="model size (default: the budget's)")
     s.add_argument("--train-len", type=_positive, default=None, help="training length (default: the budget's)")
