@@ -247,7 +247,7 @@ def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[floa
         c = curves[s]
         xs = sorted(c)
         label = f"{s}  ×{g[s]:.2f}" if max(c) == top else f"{s}  (no value beyond {max(c)})"
-        ax.plot(xs, [c[x] / c[T] for x in xs], lw=1.6, ms=4, label=label, **style[s])
+        ax.plot(xs, [c[x] / c[T] for x in xs], lw=1.6, ms=5, label=label, **style[s])
     ax.axhline(1, color="k", lw=0.8, ls=":", label="×1: no change")
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(lens)); ax.xaxis.set_minor_locator(NullLocator())
