@@ -489,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(fn=_cmd_eval)
 
     s = sub.add_parser("sweep", help="train one model per PE and evaluate each at 1x..16x the training length", **kw)
-    s.add_argument("--pes", type=lambda v: _spec_list(v, ("quick", "default", "all")), default="quick", help="'quick' (one encoding per idea, about a minute on 2 CPU cores), 'default' (one spec per registry family), 'all' (every example), or a comma list of specs")
+    s.add_argument("--pes", type=lambda v: _spec_list(v, ("quick", "default", "all")), default="quick", help="'quick' (one encoding per idea, a minute or two of CPU time), 'default' (one spec per registry family), 'all' (every example), or a comma list of specs")
     s.add_argument("--budget", default="quick", choices=SWEEP_BUDGETS, help="training budget: quick (CPU, minutes), colab (one GPU, < 1 h), paper (the papers' scale)")
     s.add_argument("--preset", default=None, choices=MODEL_PRESETS, help="model size (default: the budget's)")
     s.add_argument("--train-len", type=_positive, default=None, help="training length (default: the budget's)")
