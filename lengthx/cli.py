@@ -111,11 +111,11 @@ def _choices(s: str, allowed: Sequence[str]) -> list[str]:
     return v
 
 
-def _spec_list(s: str) -> list[str]:
-    "'default', 'all', or a comma list of PE specs (argparse type; each spec is checked by `check_spec` later)."
-    if s.strip().lower() in ("default", "all"): return [s.strip().lower()]
+def _spec_list(s: str, words: Sequence[str] = ("default", "all")) -> list[str]:
+    "One of `words` (sweep adds 'quick'), or a comma list of PE specs (argparse type; each spec is checked by `check_spec` later)."
+    if s.strip().lower() in words: return [s.strip().lower()]
     v = [p.strip() for p in s.split(",") if p.strip()]
-    if not v: raise argparse.ArgumentTypeError(f"expected 'default', 'all' or a comma list of PE specs (got {s!r})")
+    if not v: raise argparse.ArgumentTypeError(f"expected {', '.join(map(repr, words))} or a comma list of PE specs (got {s!r})")
     return v
 
 
@@ -234,17 +234,17 @@ def _fmt(v) -> str:
 
 def _cmd_sweep(a):
     out = _out_dir(a, "results.json, sweep.png and one run directory per PE")
-    from lengthx.attention import expand_specs
     from lengthx.data import check_cache_dir
     from lengthx.evaluate import check_protocol, eval_lengths
+    from lengthx.experiments import UNIT
     from lengthx.model import GPTConfig, check_model_spec
-    from lengthx.sweep import BUDGETS, run_sweep, sweep_table
+    from lengthx.sweep import BUDGETS, resolution_note, run_sweep, sweep_specs, sweep_table
     check_cache_dir()
     over = {k: v for k, v in dict(preset=a.preset, train_len=a.train_len, steps=a.steps).items() if v is not None}
     b = replace(BUDGETS[a.budget], **over)
     p = _protocol(a)
     check_protocol(p, eval_lengths(b.train_len, p.max_factor))
-    pes = expand_specs(a.pes)
+    pes = sweep_specs(a.pes)
     for s in pes: check_model_spec(GPTConfig.preset(b.preset, pe=s, max_len=b.train_len))
     setting = p.label(b.train_len, b.train_len).rsplit(", L=", 1)[0]
     print(f"lengthx sweep: {len(pes)} PEs, {b.preset} model trained at {b.train_len} for {b.steps} steps, "
@@ -253,6 +253,9 @@ def _cmd_sweep(a):
                     progress=not a.quiet, command=a.command, figure=True, ymax=a.ymax, corpus=a.corpus, i_know=a.i_know)
     print(f"perplexity ({setting}, L = the column)")
     print(sweep_table(res))
+    print(resolution_note(res))
+    print(f"The README's figure is `lengthx reproduce --only sweep` (every family, {UNIT['cpu']['sweep']['protocol']['n_windows']} windows "
+          "per length); chapter 57 (Evidence, nbs/57_evidence.ipynb) compares encodings across seeds.")
     print(f"wrote {out / 'results.json'} and {out / 'sweep.png'}")
 
 
@@ -487,11 +490,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", type=_dir, metavar="DIR", default=None, help="also write DIR/eval.json (default: print only)")
     e.add_argument("--i-know", action="store_true", help="evaluate even when a length is estimated above lengthx.evaluate.MAX_EVAL_SECONDS")
     _add_common(e)
-    _alias(e, "--run-dir", "--run", "run", type=_dir)
-    e.set_defaults(fn=_cmd_eval)
+    _alias(e, "--run-dir", "--run", "run", type=_dir); e.set_defaults(fn=_cmd_eval)
 
     s = sub.add_parser("sweep", help="train one model per PE and evaluate each at 1x..16x the training length", **kw)
-    s.add_argument("--pes", type=_spec_list, default="default", help="'default' (one spec per family), 'all', or a comma list of specs")
+    s.add_argument("--pes", type=lambda v: _spec_list(v, ("quick", "default", "all")), default="quick", help="'quick' (one encoding per idea, a minute or two of CPU time), 'default' (one spec per registry family), 'all' (every example), or a comma list of specs")
     s.add_argument("--budget", default="quick", choices=SWEEP_BUDGETS, help="training budget: quick (CPU, minutes), colab (one GPU, < 1 h), paper (the papers' scale)")
     s.add_argument("--preset", default=None, choices=MODEL_PRESETS, help="model size (default: the budget's)")
     s.add_argument("--train-len", type=_positive, default=None, help="training length (default: the budget's)")
@@ -501,8 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=_dir, metavar="DIR", default="runs/sweep", help="results.json, sweep.png, one run directory per PE; rerun to resume")
     s.add_argument("--ymax", type=_rate, default=None, help="upper limit of the figure's ppl axis (default: automatic)")
     s.add_argument("--i-know", action="store_true", help="train and evaluate even above the time bounds of train and eval")
-    _add_common(s)
-    s.set_defaults(fn=_cmd_sweep)
+    _add_common(s); s.set_defaults(fn=_cmd_sweep)
 
     b = sub.add_parser("bench", help="time and memory of attention paths, of whole models per PE, or against other libraries", **kw)
     b.add_argument("what", choices=["attention", "model", "peers"],

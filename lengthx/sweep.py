@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 import torch
 from tqdm import tqdm
 
+from .attention import expand_specs, parse_spec
 from .data import check_corpus, corpus_split, exclusive_lock, save_figure
 from .evaluate import PROTOCOL, Protocol, check_eval_time, count_windows, eval_lengths, perplexity
 from .model import GPTConfig
@@ -47,8 +48,31 @@ BUDGETS = {
 SWEEP_INTERVAL = 0.9   # each sweep point carries a 90% bootstrap interval over its windows (chapter 53)
 
 # %% auto #0
-__all__ = ['BUDGETS', 'SWEEP_INTERVAL', 'Budget', 'sweep_one', 'sweep_settings', 'run_sweep', 'growth', 'format_row',
-           'sweep_table', 'plot_sweep']
+__all__ = ['BUDGETS', 'SWEEP_INTERVAL', 'QUICK_PES', 'OKABE_ITO', 'MARKERS', 'LINESTYLES', 'Budget', 'spec_family', 'sweep_specs',
+           'sweep_one', 'sweep_settings', 'run_sweep', 'growth', 'format_row', 'sweep_table', 'plot_sweep',
+           'resolution', 'resolution_note']
+
+# %% ../nbs/56_sweep.ipynb #a9314bae
+QUICK_PES = {                             # the idea a line stands for: its spec (one registry family each)
+    "no position": "nope",                     # chapter 01: the causal mask alone
+    "absolute": "sinusoidal",                  # chapter 02
+    "rotary": "rope",                          # chapter 10
+    "linear bias": "alibi",                    # chapter 20
+    "kernel bias": "kerple_log",               # chapter 21
+    "learned bias": "fire",                    # chapter 22
+    "bilevel": "bipe:alibi",                   # chapter 30
+    "data-adaptive": "dape:width=8:kerple_log",   # chapter 40, its MLP narrowed for a CPU
+}
+
+
+def spec_family(spec: str) -> str:
+    "The registry family of a spec: its outermost name (`dape:width=8:kerple_log` -> `dape`)."
+    return parse_spec(spec)[0]
+
+
+def sweep_specs(pes: Sequence[str]) -> list[str]:
+    "`quick` -> `QUICK_PES`; `default` / `all` / a list of specs -> as `expand_specs` reads them."
+    return list(QUICK_PES.values()) if list(pes) == ["quick"] else expand_specs(pes)
 
 # %% ../nbs/56_sweep.ipynb #4a75f88a
 def _safe(spec: str) -> str: return spec.replace(":", "_").replace("=", "-").replace("/", "_")
@@ -191,10 +215,15 @@ def sweep_table(res: dict) -> str:
     return "\n".join([head, sep] + [format_row(r) for r in rows])
 
 
+OKABE_ITO = ("#000000", "#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#999999")   # colour-blind safe
+MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
+LINESTYLES = ("-", "--", "-.", ":")
+
+
 def _style(i: int, n: int) -> dict:
-    "Colour, line style and marker of the i-th of n curves: ten strong colours, solid for the first ten, then dashed with other markers."
-    pal = plt.get_cmap("tab10").colors
-    return dict(color=pal[i % 10], ls=("-", "--", "-.", ":")[i // 10 % 4], marker=("o", "s", "D", "^")[i // 10 % 4])
+    "Colour, marker and line style of the i-th of n curves: up to 8 curves each has its own colour and its own marker (a cue that needs no colour vision); beyond, the line style and the marker's offset tell repeated colours apart."
+    k = len(OKABE_ITO)
+    return dict(color=OKABE_ITO[i % k], marker=MARKERS[(i + i // k) % len(MARKERS)], ls=LINESTYLES[i // k % len(LINESTYLES)])
 
 
 def _nice_ticks(lo: float, hi: float) -> list[float]:
@@ -229,7 +258,7 @@ def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[floa
         c = curves[s]
         xs = sorted(c)
         label = f"{s}  ×{g[s]:.2f}" if max(c) == top else f"{s}  (no value beyond {max(c)})"
-        ax.plot(xs, [c[x] / c[T] for x in xs], lw=1.6, ms=4, label=label, **style[s])
+        ax.plot(xs, [c[x] / c[T] for x in xs], lw=1.6, ms=5, label=label, **style[s])
     ax.axhline(1, color="k", lw=0.8, ls=":", label="×1: no change")
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(lens)); ax.xaxis.set_minor_locator(NullLocator())
@@ -271,3 +300,37 @@ def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[floa
     if path:
         save_figure(fig, path, RESULTS_MODE, dpi=100, bbox_inches="tight")   # a link at `path` is replaced, never written through
     return fig
+
+# %% ../nbs/56_sweep.ipynb #a2e50a1c
+def _median(xs: Sequence[float]) -> float:
+    s = sorted(xs)
+    return (s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
+
+
+def resolution(res: dict) -> dict:
+    "The intervals' typical half-width at L and at the longest length (ppl and relative), and the pairs of PEs they separate there."
+    rows, st = int_lengths(res["rows"]), res["settings"]
+    T = st["train_len"]
+    top = max((L for r in rows.values() for L, v in r["ppl"].items() if not isinstance(v, str)), default=T)
+    out = {"n_windows": st.get("n_windows"), "level": st.get("interval_level", SWEEP_INTERVAL), "train_len": T, "top": top}
+    for name, L in (("at_L", T), ("at_top", top)):
+        have = [(r["ppl"][L], r["ppl_interval"][L]) for r in rows.values()
+                if not isinstance(r["ppl"].get(L, ""), str) and L in r.get("ppl_interval", {})]
+        out[name] = None if not have else {"ppl": _median([(hi - lo) / 2 for _, (lo, hi) in have]),
+                                           "rel": _median([(hi - lo) / 2 / v for v, (lo, hi) in have])}
+    bands = [r["ppl_interval"][top] for r in rows.values() if top in r.get("ppl_interval", {})]
+    out["pairs"] = len(bands) * (len(bands) - 1) // 2
+    out["apart"] = sum(a[1] < b[0] or b[1] < a[0] for i, a in enumerate(bands) for b in bands[i + 1:])
+    return out
+
+
+def resolution_note(res: dict) -> str:
+    "One sentence on what the sweep's intervals can and cannot separate, computed from its rows."
+    r = resolution(res)
+    if r["at_L"] is None: return "no interval was stored, so nothing here says how far apart two encodings must be to differ"
+    T, top, w = r["train_len"], r["top"], lambda h: f"±{h['ppl']:.2g} ppl (±{h['rel']:.0%})"
+    far = f" and {w(r['at_top'])} at {top}" if r["at_top"] and top != T else ""
+    return (f"with {r['n_windows']} windows per length the {r['level']:.0%} intervals are about {w(r['at_L'])} at {T}{far}: "
+            f"differences between encodings smaller than that are not resolved here (at {top}, {r['apart']} of "
+            f"{r['pairs']} pairs have intervals apart). Growth is ppl(n·L) / ppl(L) on the same scored targets, "
+            f"one seed per encoding.")

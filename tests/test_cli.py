@@ -128,7 +128,7 @@ BAD = [
     (["eval", "--run", "R", "--protocol", "sliding", "--stride", "100", "--lengths", "16"], "--stride 100 is longer than"),
     (["eval", "--run", "R", "--lengths", "10000000"], "needs more than the"),
     (["eval", "--run", "R", "--lengths", "100000000"], "the longest length 100,000,000 exceeds 16,777,216 tokens"),
-    (["sweep", "--pes", ","], "lengthx sweep: error: --pes: expected 'default', 'all' or a comma list"),
+    (["sweep", "--pes", ","], "lengthx sweep: error: --pes: expected 'quick', 'default', 'all' or a comma list"),
     (["sweep", "--preset", "quick"], "lengthx sweep: error: --preset: invalid choice: 'quick'"),
     (["train", "--device", "gpu0", "--out", "X"], "lengthx train: error: --device must be auto, cpu, cuda, cuda:N or mps (got 'gpu0')"),
     (["train", "--pe", "rope:pi=abc", "--out", "X"], "lengthx train: error: bad PE spec 'rope:pi=abc': rope option 'pi' must be a float"),

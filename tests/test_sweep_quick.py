@@ -1,0 +1,107 @@
+"""The quick start (`lengthx sweep` with no options): one encoding per family, a summary computed from the run that says
+what its intervals can separate and where the larger runs are, and a figure whose lines differ by more than colour."""
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pytest
+
+from lengthx import cli
+from lengthx.attention import known_pes, pe_examples
+from lengthx.cli import main
+from lengthx.evaluate import Protocol
+from lengthx.experiments import UNIT
+from lengthx.model import GPTConfig, check_model_spec
+from lengthx.sweep import (BUDGETS, OKABE_ITO, QUICK_PES, plot_sweep, resolution, resolution_note, run_sweep, spec_family,
+                           sweep_specs)
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import plotcheck  # noqa: E402
+
+
+def test_the_quick_set_is_one_encoding_per_registry_family():
+    fams = [spec_family(s) for s in QUICK_PES.values()]
+    assert len(set(fams)) == len(fams), fams                        # no two lines of one family
+    assert set(fams) <= set(known_pes()), set(fams) - set(known_pes())   # every family it names is registered
+    assert 6 <= len(fams) <= len(OKABE_ITO)                         # each line gets a colour of its own
+    assert {"nope", "rope", "alibi"} <= set(fams)                   # the baselines every comparison needs
+    for s in QUICK_PES.values(): check_model_spec(GPTConfig.preset("tiny", pe=s, max_len=64))
+
+
+def test_the_command_without_options_runs_the_quick_set_and_the_full_set_is_one_option_away():
+    sub = cli._subparsers(cli.build_parser())["sweep"]
+    assert sweep_specs(sub.parse_args([]).pes) == list(QUICK_PES.values())
+    assert sweep_specs(sub.parse_args(["--pes", "quick"]).pes) == list(QUICK_PES.values())
+    full = sweep_specs(sub.parse_args(["--pes", "default"]).pes)
+    assert full == pe_examples("default") and len(full) > len(QUICK_PES)   # every registry family, as before
+    assert sweep_specs(sub.parse_args(["--pes", "alibi,nope,alibi"]).pes) == ["alibi", "nope"]
+
+
+def _row(spec, band16, band32):
+    "A sweep row at lengths 16 and 32 with the point at each interval's middle."
+    mid = lambda b: (b[0] + b[1]) / 2
+    return {"spec": spec, "ppl": {16: mid(band16), 32: mid(band32)}, "ppl_interval": {16: list(band16), 32: list(band32)},
+            "train_seconds": 1.0}
+
+
+def test_the_note_is_read_from_the_intervals():
+    rows = {"a": _row("a", (9, 11), (11, 13)), "b": _row("b", (19, 23), (21.5, 22.5)), "c": _row("c", (10, 16), (12.5, 17))}
+    res = {"settings": {"train_len": 16, "max_factor": 2, "n_windows": 7}, "rows": rows}
+    r = resolution(res)
+    assert r["at_L"]["ppl"] == 2 and r["at_top"]["ppl"] == 1           # medians of (1, 2, 3) and (1, 0.5, 2.25)
+    assert r["pairs"] == 3 and r["apart"] == 2                         # at 32: a–b and b–c apart, a–c overlap
+    note = resolution_note(res)
+    assert note.startswith("with 7 windows per length the 90% intervals are about ±2 ppl (±") and "±1 ppl" in note
+    assert "(at 32, 2 of 3 pairs have intervals apart)" in note
+    wider = {**res, "rows": {**rows, "a": _row("a", (5, 15), (11, 13))}}
+    assert resolution(wider)["at_L"]["ppl"] == 3 and resolution_note(wider) != note
+
+
+def test_the_note_narrows_with_more_windows(tmp_path):
+    "The same model scored on 4 and on 32 windows: the note follows the run, not a typed number."
+    b = replace(BUDGETS["quick"], train_len=16, steps=3, batch_size=2)
+    notes, halves = {}, {}
+    for n in (4, 32):
+        res = run_sweep(["nope", "alibi"], b, tmp_path / str(n), protocol=Protocol(n_windows=n, max_factor=2), progress=False)
+        notes[n], halves[n] = resolution_note(res), resolution(res)["at_L"]["ppl"]
+    assert notes[4].startswith("with 4 windows") and notes[32].startswith("with 32 windows")
+    assert halves[32] < halves[4], halves
+
+
+def test_the_command_prints_the_note_and_where_the_larger_runs_are(tmp_path, capsys):
+    argv = ["sweep", "--train-len", "16", "--steps", "2", "--max-factor", "2", "--n-windows", "3", "--quiet"]
+    assert main([*argv, "--pes", "nope,alibi", "--out", str(tmp_path / "sw")]) == 0
+    out = capsys.readouterr().out
+    assert "with 3 windows per length the 90% intervals are about ±" in out and "are not resolved here" in out
+    assert "`lengthx reproduce --only sweep`" in out and f"{UNIT['cpu']['sweep']['protocol']['n_windows']} windows" in out
+    assert "chapter 57" in out
+
+
+def test_the_quick_figure_tells_lines_apart_without_colour(tmp_path):
+    specs = list(QUICK_PES.values())
+    rows = {s: _row(s, (10 + i, 11 + i), (10.5 + 1.1 * i, 11.5 + 1.1 * i)) for i, s in enumerate(specs)}
+    res = {"settings": {"train_len": 16, "max_factor": 2, "n_windows": 16, "preset": "tiny", "steps": 150,
+                        "protocol": "last_k", "k": 16}, "rows": rows}
+    fig = plot_sweep(res, tmp_path / "sweep.png")
+    top = fig.axes[0]
+    lines = [ln for ln in top.get_lines() if any(ln.get_label().startswith(s + "  ") for s in specs)]
+    assert len(lines) == len(specs)
+    assert len({ln.get_color() for ln in lines}) == len(specs) and {ln.get_color() for ln in lines} <= set(OKABE_ITO)
+    assert len({ln.get_marker() for ln in lines}) == len(specs)        # the second cue: a marker of its own
+    assert plotcheck.backwards_lines(fig) == []                        # x runs forwards
+    assert [t.get_text() for t in top.get_xticklabels()] == ["16\n1×", "32\n2×"]   # every length labelled, plainly
+    plt.close(fig)
+
+
+def test_a_long_sweep_still_draws_no_two_lines_alike(tmp_path):
+    specs = pe_examples("all")[:40]
+    rows = {s: _row(s, (10 + i / 10, 11 + i / 10), (10.5 + i / 9, 11.5 + i / 9)) for i, s in enumerate(specs)}
+    res = {"settings": {"train_len": 16, "max_factor": 2, "n_windows": 16}, "rows": rows}
+    fig = plot_sweep(res)
+    lines = [ln for ln in fig.axes[0].get_lines() if ln.get_label() != "×1: no change"]
+    assert len({(ln.get_color(), ln.get_marker(), ln.get_linestyle()) for ln in lines}) == len(specs) == 40
+    plt.close(fig)
