@@ -85,11 +85,11 @@ def test_a_resigned_checkpoint_claiming_a_huge_model_is_refused_before_building_
     assert T.load_model(tmp_path / "ok").cfg.d_model == MODEL.d_model and built == [MODEL.d_model]
 
 
-def test_sigterm_during_a_long_step_stops_at_once_and_the_run_resumes(tmp_path):
-    "Step 4's forward takes two minutes; SIGTERM during it exits 143 within seconds, with steps 1..3 checkpointed."
-    run = tmp_path / "run"
+def sigterm_in_step_4(tmp_path, hold: str, ckpt_every: int, limit: float) -> tuple[int, float, str]:
+    "Train in a child whose step-4 forward runs `hold` (Python source); SIGTERM it there; (exit status, seconds to exit, stderr)."
+    run, marker = tmp_path / "run", tmp_path / "in_step_4"
     script = textwrap.dedent(f"""
-        import sys, time; sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import sys, time, torch; sys.path.insert(0, {str(Path(__file__).parent)!r})
         import lengthx.model as M
         from _tiny import MODEL, TOKENS, train_cfg
         from lengthx.train import train
@@ -97,70 +97,51 @@ def test_sigterm_during_a_long_step_stops_at_once_and_the_run_resumes(tmp_path):
         def slow(self, *a, **k):
             calls[0] += 1
             if calls[0] == 4:
-                open({str(tmp_path / "in_step_4")!r}, "w").close()
-                time.sleep(120)                        # a step far longer than any test waits
+                open({str(marker)!r}, "w").close()
+                {hold}
             return real(self, *a, **k)
         M.GPT.forward = slow
-        train(MODEL, train_cfg(steps=100, ckpt_every=1000), tokens=TOKENS, run_dir={str(run)!r}, progress=False)
+        train(MODEL, train_cfg(steps=100, ckpt_every={ckpt_every}), tokens=TOKENS, run_dir={str(run)!r}, progress=False)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "OMP_NUM_THREADS": "1"})
-    metrics, marker = run / T.METRICS, tmp_path / "in_step_4"
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300                      # a loaded machine may take long to import and train 3 steps
     while time.time() < deadline and not marker.exists() and proc.poll() is None: time.sleep(0.05)
     assert marker.exists(), "the training never reached step 4"
-    time.sleep(0.5)                                   # inside step 4's sleep now
+    time.sleep(0.5)                                   # inside step 4's hold now
     proc.send_signal(signal.SIGTERM)
     t0 = time.time()
-    try: rc = proc.wait(20)
+    try: rc = proc.wait(limit)
     except subprocess.TimeoutExpired:
         proc.kill(); proc.wait()
         pytest.fail("SIGTERM did not stop the step in progress")
-    assert rc == 128 + signal.SIGTERM and time.time() - t0 < 20
-    assert json.loads((run / T.CKPT_JSON).read_text())["step"] == 3
-    assert [json.loads(l)["step"] for l in metrics.read_text().splitlines()] == [1, 2, 3]
-    c = train_cfg(steps=100, ckpt_every=1000)
+    return rc, time.time() - t0, proc.stderr.read()
+
+
+def resumes_like_a_straight_run(run, ckpt_every: int) -> list[int]:
+    "Resume `run` to step 5 and check its losses equal an uninterrupted run's; the steps it logged."
+    c = train_cfg(steps=100, ckpt_every=ckpt_every)
     _, resumed = train(MODEL, c, tokens=TOKENS, run_dir=run, progress=False, stop_after=5)
     _, straight = train(MODEL, c, tokens=TOKENS, progress=False, stop_after=5)
     assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in straight], rel=1e-6)
-    assert [r["step"] for r in resumed] == [1, 2, 3, 4, 5]
+    return [r["step"] for r in resumed]
+
+
+def test_sigterm_during_a_long_step_stops_at_once_and_the_run_resumes(tmp_path):
+    "Step 4's forward sleeps two minutes; SIGTERM during it exits 143 within seconds, with steps 1..3 checkpointed."
+    rc, waited, err = sigterm_in_step_4(tmp_path, "time.sleep(120)", ckpt_every=1000, limit=20)
+    assert rc == 128 + signal.SIGTERM and waited < 20, (rc, waited, err)
+    run = tmp_path / "run"
+    assert json.loads((run / T.CKPT_JSON).read_text())["step"] == 3
+    assert [json.loads(l)["step"] for l in (run / T.METRICS).read_text().splitlines()] == [1, 2, 3]
+    assert resumes_like_a_straight_run(run, 1000) == [1, 2, 3, 4, 5]
 
 
 def test_sigterm_during_one_long_torch_operation_exits_143_within_the_grace(tmp_path):
     "Step 4's forward is one C++ call of minutes (matrix_power never returns to Python): the watcher exits 143 soon after SIGTERM_GRACE, steps 1..3 kept by their checkpoints."
-    run = tmp_path / "run"
-    script = textwrap.dedent(f"""
-        import sys, torch; sys.path.insert(0, {str(Path(__file__).parent)!r})
-        import lengthx.model as M
-        from _tiny import MODEL, TOKENS, train_cfg
-        from lengthx.train import train
-        real, calls = M.GPT.forward, [0]
-        def slow(self, *a, **k):
-            calls[0] += 1
-            if calls[0] == 4:
-                open({str(tmp_path / "in_step_4")!r}, "w").close()
-                torch.linalg.matrix_power(torch.eye(3000) * 0.5, (1 << 30) - 1)  # ~60 matmuls of 3000², one call
-            return real(self, *a, **k)
-        M.GPT.forward = slow
-        train(MODEL, train_cfg(steps=100, ckpt_every=1), tokens=TOKENS, run_dir={str(run)!r}, progress=False)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "OMP_NUM_THREADS": "1"},
-                            stderr=subprocess.PIPE, text=True)
-    metrics, marker = run / T.METRICS, tmp_path / "in_step_4"
-    deadline = time.time() + 300                      # a loaded machine may take long to import and train 3 steps
-    while time.time() < deadline and not marker.exists() and proc.poll() is None: time.sleep(0.05)
-    assert marker.exists(), "the training never reached step 4"
-    time.sleep(0.5)                                   # inside step 4's long operation now
-    proc.send_signal(signal.SIGTERM)
-    t0 = time.time()
-    try: rc = proc.wait(T.SIGTERM_GRACE + 15)
-    except subprocess.TimeoutExpired:
-        proc.kill(); proc.wait()
-        pytest.fail("SIGTERM did not stop a step held by one long operation")
-    waited, err = time.time() - t0, proc.stderr.read()
+    hold = "torch.linalg.matrix_power(torch.eye(3000) * 0.5, (1 << 30) - 1)   # ~60 matmuls of 3000², one call"
+    rc, waited, err = sigterm_in_step_4(tmp_path, hold, ckpt_every=1, limit=T.SIGTERM_GRACE + 15)
     assert rc == 128 + signal.SIGTERM and T.SIGTERM_GRACE - 0.5 <= waited < T.SIGTERM_GRACE + 15, (rc, waited, err)
     assert "one long operation" in err and "Traceback" not in err
-    assert json.loads((run / T.CKPT_JSON).read_text())["step"] == 3
-    c = train_cfg(steps=100, ckpt_every=1)
-    _, resumed = train(MODEL, c, tokens=TOKENS, run_dir=run, progress=False, stop_after=5)
-    _, straight = train(MODEL, c, tokens=TOKENS, progress=False, stop_after=5)
-    assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in straight], rel=1e-6)
+    assert json.loads((tmp_path / "run" / T.CKPT_JSON).read_text())["step"] == 3
+    resumes_like_a_straight_run(tmp_path / "run", 1)
