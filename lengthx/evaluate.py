@@ -561,11 +561,13 @@ def pe_style(label: str) -> dict:
 
 
 def pe_styles(labels: Iterable[str]) -> dict[str, dict]:
-    "`pe_style` of each label, with the line style (then the marker) of a later curve changed where two would look alike."
+    "`pe_style` of each label; a curve sharing an earlier one's colour gets its own line style (then marker), so no two look alike."
     out, seen = {}, set()
     for lab in labels:
         st = pe_style(lab)
-        options = [(ls, st["marker"]) for ls in LINE_STYLES] + [(ls, m) for m in MARKERS for ls in LINE_STYLES]
+        taken = {ls for c, ls, _ in seen if c == st["color"]}   # a colour's second curve gets a line style of its own
+        options = ([(ls, st["marker"]) for ls in LINE_STYLES if ls not in taken] + [(ls, st["marker"]) for ls in LINE_STYLES]
+                   + [(ls, m) for m in MARKERS for ls in LINE_STYLES])
         ls, marker = next((o for o in options if (st["color"], *o) not in seen), options[0])
         seen.add((st["color"], ls, marker))
         out[lab] = dict(color=st["color"], marker=marker, ls=ls)

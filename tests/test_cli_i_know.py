@@ -74,6 +74,7 @@ def test_sweep_refused_before_training_and_flag_passed_through(tmp_path, monkeyp
     got = []
     monkeypatch.setattr(S, "run_sweep", lambda *a, **k: got.append(k["i_know"]) or {"rows": {}})
     monkeypatch.setattr(S, "sweep_table", lambda res: "")
+    monkeypatch.setattr(S, "resolution_note", lambda res: "")   # the stubbed result has no intervals to read
     assert main(["sweep", "--pes", "rope", "--train-len", "256", "--steps", "1", "--protocol", "sliding", "--stride", "1",
                  "--out", str(tmp_path / "s"), "--quiet", "--i-know"]) == 0
     assert got == [True]
