@@ -104,3 +104,12 @@ def test_a_log_axis_with_one_label_is_unreadable_and_label_log_axis_fixes_it():
     label_log_axis(ax.yaxis)                        # 15, 20, 30
     assert plotcheck.unreadable_log_axes(fig) == []
     plt.close(fig)
+
+
+def test_a_shared_log_axis_is_read_on_the_panel_that_labels_it():
+    fig, (a, b) = plt.subplots(2, 1, sharex=True)
+    for ax in (a, b): ax.plot([64, 128, 256, 512], [1, 2, 3, 4], "o-"); ax.set_xscale("log", base=2)
+    assert plotcheck.unreadable_log_axes(fig) == []          # the top panel's hidden labels are the bottom one's
+    a.set_xscale("linear"); b.set_yscale("log"); b.set_ylim(1.1, 3.9)   # an unshared log axis is still checked
+    assert len(plotcheck.unreadable_log_axes(fig)) == 1
+    plt.close(fig)
