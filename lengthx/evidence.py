@@ -22,7 +22,7 @@ __all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES
            'payload_sha256', 'reads_line', 'reads']
 
 # %% ../nbs/57_evidence.ipynb #d5c5209f
-LM_UNITS = ("main", "seeds", "baselines", "cdape")        # units whose rows are trained language models, `spec|seed=N`
+LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape")        # units whose rows are trained language models, `spec|seed=N`
 SAME_TARGETS = "last_k_common"                            # the protocol that scores the same bytes at every length
 SEED_FREE = ("seed", "seeds", "specs", "windowed")        # settings that may differ between files of one experiment
 
