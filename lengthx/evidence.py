@@ -16,10 +16,11 @@ from .results import CHECKSUM, device_of, load_results, result_dirs
 
 # %% auto #0
 __all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES_PER_TOKEN', 'CLAIMS', 'VERDICTS',
-           'LEARNED_MARGIN', 'READS_PREFIX', 'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather', 'level',
-           'growth', 'yardstick', 't975', 'paired_interval', 'Comparison', 'values_of', 'compare', 'Claim', 'LedgerRow',
-           'side', 'judge', 'log_ratios', 'log_interval', 'read_claim', 'gpu_presets', 'ledger', 'ledger_table',
-           'payload_sha256', 'reads_line', 'reads']
+           'LEARNED_MARGIN', 'SCHEDULE_UNITS', 'READS_PREFIX', 'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather',
+           'level', 'growth', 'yardstick', 't975', 'paired_interval', 'Comparison', 'values_of', 'compare', 'Claim',
+           'LedgerRow', 'side', 'judge', 'log_ratios', 'log_interval', 'read_claim', 'gpu_presets', 'ledger',
+           'ledger_table', 'setup_steps', 'seed_spread', 'schedule_table', 'payload_sha256', 'experiment_files',
+           'reads_line', 'reads']
 
 # %% ../nbs/57_evidence.ipynb #d5c5209f
 LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape")        # units whose rows are trained language models, `spec|seed=N`
@@ -54,20 +55,22 @@ class Seeds:
                 f"from {', '.join(sorted(set(self.files.values())))}")
 
 # %% ../nbs/57_evidence.ipynb #4c11410a
-def lm_records(recs: Optional[Sequence[dict]] = None, preset: str = "cpu", gpu: bool = False) -> list[dict]:
-    "The language-model result files of one budget and device whose settings agree with its `main` file, in `LM_UNITS` order."
+def lm_records(recs: Optional[Sequence[dict]] = None, preset: str = "cpu", gpu: bool = False,
+               units: Sequence[str] = LM_UNITS) -> list[dict]:
+    "The result files of `units` at one budget and device whose settings agree with the first unit's file, in `units` order."
     recs = load_results() if recs is None else recs
-    mine = [r for r in recs if r["unit"] in LM_UNITS and r["preset"] == preset and (device_of(r) != "cpu") == gpu]
-    mains = [r for r in mine if r["unit"] == "main"]
-    key = setup_key((mains or mine)[0]["settings"]) if mine else None
+    mine = [r for r in recs if r["unit"] in units and r["preset"] == preset and (device_of(r) != "cpu") == gpu]
+    firsts = [r for r in mine if r["unit"] == units[0]]
+    key = setup_key((firsts or mine)[0]["settings"]) if mine else None
     return sorted((r for r in mine if setup_key(r["settings"]) == key),
-                  key=lambda r: (LM_UNITS.index(r["unit"]), Path(r["file"]).name))
+                  key=lambda r: (list(units).index(r["unit"]), Path(r["file"]).name))
 
 
-def gather(spec: str, recs: Optional[Sequence[dict]] = None, preset: str = "cpu", gpu: bool = False) -> Seeds:
-    "Every committed seed of `spec` across the result files of one budget and device (each seed once, the first file's)."
+def gather(spec: str, recs: Optional[Sequence[dict]] = None, preset: str = "cpu", gpu: bool = False,
+           units: Sequence[str] = LM_UNITS) -> Seeds:
+    "Every committed seed of `spec` across the result files of `units` at one budget and device (each seed once, the first file's)."
     out = Seeds(spec, preset=preset, device="gpu" if gpu else "cpu")
-    for rec in lm_records(recs, preset, gpu):
+    for rec in lm_records(recs, preset, gpu, units):
         out.train_len = int(rec["settings"]["train_len"])
         for key, row in rec["result"]["rows"].items():
             if row.get("spec") == spec and int(row["seed"]) not in out.rows:
@@ -209,30 +212,31 @@ def _is_const(b) -> bool:
 
 # %% ../nbs/57_evidence.ipynb #6368b5d7
 def values_of(spec: str, quantity: str, length: Optional[int], recs=None, preset: str = "cpu",
-              gpu: bool = False) -> tuple[dict, int, Seeds]:
+              gpu: bool = False, units: Sequence[str] = LM_UNITS) -> tuple[dict, int, Seeds]:
     "One spec's values of `quantity` at `length` per seed, with the training length and the gathered seeds."
-    s = gather(spec, recs, preset, gpu)
+    s = gather(spec, recs, preset, gpu, units)
     L = s.train_len if length is None else int(length)
     vals = level(s, L) if quantity == "level" else growth(s, L)
     return vals, L, s
 
 
-def _coverage(spec: str, length: int, recs, preset: str, gpu: bool) -> str:
+def _coverage(spec: str, length: int, recs, preset: str, gpu: bool, units: Sequence[str] = LM_UNITS) -> str:
     "What is committed of `spec`: its seeds and files, or that they have no value at `length`."
-    s = gather(spec, recs, preset, gpu)
+    s = gather(spec, recs, preset, gpu, units)
     if s.rows and not level(s, length): return f"{s.describe()}, none measured at {length} tokens"
     return s.describe()
 
 
 def compare(a: str, b: Union[str, float], quantity: str = "level", length: Optional[int] = None, *,
-            recs: Optional[Sequence[dict]] = None, preset: str = "cpu", gpu: bool = False) -> Comparison:
+            recs: Optional[Sequence[dict]] = None, preset: str = "cpu", gpu: bool = False,
+            units: Sequence[str] = LM_UNITS) -> Comparison:
     "Spec a against spec b (or a constant) on `quantity` ('level' or 'growth') at `length`, paired by seed, with a 95% t-interval."
     if quantity not in QUANTITIES: raise ValueError(f"quantity must be one of {QUANTITIES}, got {quantity!r}")
     recs = load_results() if recs is None else recs
-    A, L, sa = values_of(a, quantity, length, recs, preset, gpu)
+    A, L, sa = values_of(a, quantity, length, recs, preset, gpu, units)
     if sa.train_len and L % sa.train_len: raise ValueError(f"length {L} is not a multiple of the training length {sa.train_len}")
     if _is_const(b): B, label = {n: float(b) for n in A}, f"{float(b):g}"
-    else: B, label = values_of(str(b), quantity, L, recs, preset, gpu)[0], str(b)
+    else: B, label = values_of(str(b), quantity, L, recs, preset, gpu, units)[0], str(b)
     seeds = sorted(set(A) & set(B))
     diffs = [A[n] - B[n] for n in seeds]
     A, B = {n: A[n] for n in seeds}, {n: B[n] for n in seeds}
@@ -243,7 +247,7 @@ def compare(a: str, b: Union[str, float], quantity: str = "level", length: Optio
         why = "the interval excludes 0" if _verdict(iv) != "≈" else "the interval contains 0"
         return Comparison(a, label, quantity, L, sa.train_len, A, B, seeds, diffs, mean, iv, _verdict(iv), why, method)
     why = "one seed: shown, never ranked" if seeds else "no seed of both is committed at this length (" + "; ".join(
-        _coverage(x, L, recs, preset, gpu) for x in ([a] if _is_const(b) else [a, str(b)])) + ")"
+        _coverage(x, L, recs, preset, gpu, units) for x in ([a] if _is_const(b) else [a, str(b)])) + ")"
     return Comparison(a, label, quantity, L, sa.train_len, A, B, seeds, diffs, diffs[0] if diffs else None, None, "≈",
                       why, "no interval: fewer than two paired seeds")
 
@@ -516,6 +520,46 @@ def ledger_table(rows: Sequence[LedgerRow]) -> str:
                    f"{', '.join(map(str, r.seeds)) or '—'} | {_iv(r.interval)} | **{r.verdict}** | {r.why} | {r.gpu} |")
     return "\n".join(out)
 
+# %% ../nbs/57_evidence.ipynb #0a6ffbbc
+SCHEDULE_UNITS = ("schedule",)   # the longer-schedule runs: their own setup, never mixed with the main one
+
+
+def setup_steps(recs: Sequence[dict], preset: str = "cpu", units: Sequence[str] = LM_UNITS) -> Optional[int]:
+    "Training steps of the setup that `units` gather at `preset` (None when nothing is committed)."
+    got = lm_records(recs, preset, False, units)
+    return int(got[0]["settings"]["steps"]) if got else None
+
+
+def _sd(xs: Sequence[float]) -> Optional[float]:
+    "Sample standard deviation (n - 1), or None with fewer than two values."
+    if len(xs) < 2: return None
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def seed_spread(spec: str, length: int, recs: Sequence[dict], preset: str = "cpu",
+                units: Sequence[str] = LM_UNITS, seeds: Optional[Sequence[int]] = None) -> dict:
+    "Growth to `length` per seed in one setup and the spread of ln g over those seeds (optionally only `seeds`)."
+    g = values_of(spec, "growth", length, recs, preset, False, units)[0]
+    if seeds is not None: g = {n: v for n, v in g.items() if n in set(seeds)}
+    return {"spec": spec, "steps": setup_steps(recs, preset, units), "seeds": sorted(g), "growth": g,
+            "sd_log": _sd([math.log(v) for v in g.values()])}
+
+
+def schedule_table(recs: Sequence[dict], factor: int = 16, preset: str = "cpu") -> list[dict]:
+    "Per encoding of the longer-schedule unit: ln g's spread over the same seeds at the book's steps and at the longer ones."
+    long_recs = lm_records(recs, preset, False, SCHEDULE_UNITS)
+    if not long_recs: return []
+    L = factor * int(long_recs[0]["settings"]["train_len"])
+    rows = []
+    for spec in long_recs[0]["settings"]["specs"]:
+        lng = seed_spread(spec, L, recs, preset, SCHEDULE_UNITS)
+        short = seed_spread(spec, L, recs, preset, LM_UNITS, seeds=lng["seeds"])
+        both = sorted(set(lng["seeds"]) & set(short["seeds"]))
+        rows.append({"spec": spec, "seeds": both, "short": short, "long": lng,
+                     "ratio": (lng["sd_log"] / short["sd_log"]) if lng["sd_log"] and short["sd_log"] else None})
+    return rows
+
 # %% ../nbs/57_evidence.ipynb #36df3c9f
 READS_PREFIX = "Committed results read:"
 
@@ -540,9 +584,18 @@ def _result_path(f) -> Path:
     return hit
 
 
+def experiment_files(p: Path) -> list[Path]:
+    "A language-model file's whole experiment (every committed file `gather` reads with it: same budget, device, settings); else [p]."
+    rec = json.loads(Path(p).read_text(encoding="utf-8"))
+    if not isinstance(rec, dict) or rec.get("unit") not in LM_UNITS or not {"preset", "settings"} <= set(rec): return [p]
+    same = [Path(r["file"]) for r in lm_records(load_results(), rec["preset"], device_of(rec) != "cpu")
+            if setup_key(r["settings"]) == setup_key(rec["settings"])]
+    return same if any(q.name == Path(p).name for q in same) else [p]
+
+
 def reads_line(*files) -> str:
-    "The provenance line of `reads`: each file's name and the first 16 hex digits of its payload hash, sorted by name."
-    paths = {p.name: p for p in map(_result_path, files)}
+    "The provenance line of `reads`: each file (with the rest of its seeds' experiment) and the first 16 hex digits of its payload hash."
+    paths = {q.name: q for p in map(_result_path, files) for q in experiment_files(p)}
     return READS_PREFIX + " " + ", ".join(f"{n} (payload sha256 {payload_sha256(p)[:16]})" for n, p in sorted(paths.items()))
 
 

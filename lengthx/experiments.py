@@ -544,7 +544,7 @@ def experiments_view(recs: Sequence[dict], preset: str = "cpu", gpu: bool = Fals
         S["last_k_common"] = {**S["last_k"], "ends": f"fixed, evenly spaced in [{S['anchor']}, n-1]"}
         S["nonoverlap"] = {**S["nonoverlap"], "sampling": "evenly spaced"}   # `nonoverlap_windows` spreads its chunks
     units = {}
-    for unit in ("main", "seeds", "cdape", "baselines", "protocols", "position"):
+    for unit in ("main", "seeds", "more_seeds", "cdape", "baselines", "protocols", "position"):
         r = main if unit == "main" else pick(recs, unit, preset, gpu)
         if r is None: continue
         if unit == "position": units["position_loss"] = {**r["result"], "provenance": r["provenance"]}

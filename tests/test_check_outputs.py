@@ -34,8 +34,9 @@ def test_the_tool_reads_the_line_evidence_writes():
     f = ROOT / "nbs" / "results" / "main_cpu.json"
     assert CO.payload_sha256(f) == payload_sha256(f)
     line = reads_line(ROOT / "nbs" / "results" / "main_cpu.json")
-    name, h = CO.ITEM.findall(line)[0]
-    assert name == "main_cpu.json" and len(h) == 16
+    items = dict(CO.ITEM.findall(line))
+    assert len(items["main_cpu.json"]) == 16
+    assert "seeds_cpu.json" in items and "cost_cpu.json" not in items     # a language-model file comes with its experiment
 
 
 def test_passes_on_the_checkout():
@@ -70,3 +71,21 @@ def test_fails_on_a_removed_result_and_ignores_chapters_without_a_record(tmp_pat
     empty.write_text(json.dumps({"cells": [{"cell_type": "code", "source": "print(1)", "outputs": [
         {"output_type": "stream", "name": "stdout", "text": "1\n"}]}]}))
     assert CO.recorded_reads(empty) == {}
+
+
+def test_fails_when_a_seed_file_of_a_gathered_experiment_is_committed_since(tmp_path):
+    root = copy_checkout(tmp_path)
+    assert run(root).returncode == 0
+    res = root / "nbs" / "results"
+    other = read_results(res / "seeds_cpu.json")
+    other["settings"] = {**other["settings"], "steps": other["settings"]["steps"] * 4}   # another experiment: not its seeds
+    write_results(res / "seeds_cpu_seed8.json", other)
+    assert run(root).returncode == 0
+    same = read_results(res / "seeds_cpu.json")
+    same["settings"] = {**same["settings"], "seeds": [9, 10]}                           # the same experiment, more seeds
+    write_results(res / "seeds_cpu_seed9.json", same)
+    out = run(root)
+    assert out.returncode == 1
+    stale = [l for l in out.stdout.splitlines() if l.startswith("STALE")]
+    assert any("nbs/57_evidence.ipynb" in l and "seeds_cpu_seed9.json" in l for l in stale)
+    assert not any("seeds_cpu_seed8.json" in l for l in stale)

@@ -220,3 +220,21 @@ def test_a_length_not_measured_is_named_and_gap_reads_the_interval():
     lo, hi = ab.interval
     assert ab.gap() == f"paired difference +0.50, 95% interval [{lo:+.2f}, {hi:+.2f}] over 3 seeds"
     assert E.compare("a", "a", "growth", 1024, recs=recs).gap().startswith("paired difference 0.000, 95% interval [0.000, 0.000]")
+
+
+def test_units_keep_the_longer_schedule_apart_and_schedule_table_pairs_the_same_seeds():
+    longer = {**SET, "steps": 1600, "specs": ["a"]}
+    short = [rec("main", {("a", n): curve(10, 10 * (1 + 0.1 * n)) for n in range(5)})]        # ln g spread over 5 seeds
+    lng = [rec("schedule", {("a", n): curve(10, 10 * (1.05 + 0.01 * n)) for n in range(3)}, settings=longer)]
+    recs = short + lng
+    assert E.gather("a", recs).seeds == [0, 1, 2, 3, 4]                                        # the schedule is not a seed of main
+    assert E.gather("a", recs, units=E.SCHEDULE_UNITS).seeds == [0, 1, 2]
+    assert E.setup_steps(recs) == 400 and E.setup_steps(recs, units=E.SCHEDULE_UNITS) == 1600
+    (row,) = E.schedule_table(recs)
+    assert row["seeds"] == [0, 1, 2] and row["short"]["seeds"] == [0, 1, 2]                  # seeds 3, 4 left out of the short side
+    want = lambda g0, k: E._sd([math.log(g0 + k * n) for n in range(3)])
+    assert math.isclose(row["short"]["sd_log"], want(1, 0.1)) and math.isclose(row["long"]["sd_log"], want(1.05, 0.01))
+    assert math.isclose(row["ratio"], want(1.05, 0.01) / want(1, 0.1)) and row["ratio"] < 0.11
+    c = E.compare("a", 1, "growth", 1024, recs=recs, units=E.SCHEDULE_UNITS)
+    assert c.seeds == [0, 1, 2] and c.verdict == ">"
+    assert E.schedule_table(short) == []

@@ -8,6 +8,9 @@ reads that line from every `nbs/*.ipynb` (nothing is executed) and compares each
 `nbs/results/<name>` now: the SHA-256 of its JSON without provenance and checksum (`lengthx.evidence.payload_sha256`),
 so a changed number is caught and a metadata-only change (a checksum added, a re-attested file) is not. It fails, naming the chapter and the file, when a file changed (or is gone) since the
 chapter's outputs were made: re-execute the chapter (`python tools/nbtool.py run nbs/X.ipynb`, then `nbdev_clean`).
+It also fails when a chapter gathered the seeds of a language-model experiment (a `main`, `seeds`, `more_seeds`,
+`baselines` or `cdape` file) and a file of the same experiment (same budget, same settings but the seeds) has been
+committed since: the chapter's intervals were taken over fewer seeds than the book now holds.
 Chapters without the line are not checked; the tool says how many chapters are covered.
 """
 from __future__ import annotations
@@ -21,6 +24,9 @@ from pathlib import Path
 PREFIX = "Committed results read:"                       # lengthx.evidence.READS_PREFIX (kept here: the tool imports nothing)
 ITEM = re.compile(r"([\w.+-]+\.json) \(payload sha256 ([0-9a-f]{16,64})\)")
 METADATA = ("content_sha256", "provenance", "reattested")   # lengthx.evidence.METADATA
+LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape")   # lengthx.evidence.LM_UNITS
+SEED_FREE = ("seed", "seeds", "specs", "windowed")                # lengthx.evidence.SEED_FREE
+LM_FILE = re.compile(r"^(?:" + "|".join(LM_UNITS) + r")_(?P<preset>[a-z]+)(?:_seed\d+)?\.json$")
 
 
 def payload_sha256(path: Path) -> str:
@@ -28,6 +34,20 @@ def payload_sha256(path: Path) -> str:
     obj = json.loads(path.read_text(encoding="utf-8"))
     body = {k: v for k, v in obj.items() if k not in METADATA} if isinstance(obj, dict) else obj
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+def experiment_of(path: Path) -> str | None:
+    "The experiment a language-model result file belongs to (budget and settings but the seeds), or None for other files."
+    m = LM_FILE.match(path.name)
+    if m is None or not path.exists(): return None
+    settings = json.loads(path.read_text(encoding="utf-8")).get("settings", {})
+    return m["preset"] + " " + json.dumps({k: v for k, v in settings.items() if k not in SEED_FREE}, sort_keys=True)
+
+
+def unread_seeds(reads: dict[str, str], results: Path) -> list[str]:
+    "Committed language-model files of an experiment the chapter gathered that its record does not name (seeds added since)."
+    read = {experiment_of(results / n) for n in reads} - {None}
+    return sorted(p.name for p in results.glob("*.json") if p.name not in reads and experiment_of(p) in read)
 
 
 def output_texts(nb: dict) -> list[str]:
@@ -68,6 +88,9 @@ def problems(root: Path) -> tuple[list[str], int, int]:
             if not have.startswith(want):
                 bad.append(f"{nb.relative_to(root)}: its outputs were made from {name} with payload sha256 {want}, the committed file "
                            f"has {have[:len(want)]}; re-execute the chapter")
+        for name in unread_seeds(reads, results):
+            bad.append(f"{nb.relative_to(root)}: its outputs gathered the seeds of an experiment without {name}, committed "
+                       "since; re-execute the chapter")
     return bad, covered, len(chapters)
 
 

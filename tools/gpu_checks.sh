@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The book's GPU checks, in one run on a CUDA machine from a clean checkout (results go to $OUT, default ./gpu_out):
-#   0. the claims ledger's training path (lengthx.evidence, chapter 57): `lengthx reproduce --only main,seeds,baselines`
-#      at $BUDGET (seed 0 of every encoding, seeds 1 and 2 of the core ones, the baselines), the headline file
-#      main_$BUDGET.json copied to $OUT, and the ledger printed with these results beside the committed ones.
+#   0. the claims ledger's training path (lengthx.evidence, chapter 57): `lengthx reproduce` of the units main, seeds,
+#      more_seeds and baselines at $BUDGET (seed 0 of every encoding, seeds 1 and 2 of the ledger's), each unit in its own
+#      process at the same time on the one device (a small model leaves most of a GPU idle), each with its own output
+#      folder, merged into $OUT/res; the headline file main_$BUDGET.json copied to $OUT, and the ledger printed with
+#      these results beside the committed ones.
 #      On a CPU, `OUT=d BUDGET=smoke bash tools/gpu_checks.sh` runs this path at the smoke budget and stops after it;
 #   1. chapter 43's measurement on the GPU: `lengthx reproduce --budget colab --only dape_fast`;
 #   2. the compiled Triton refine kernel against the reference (tests/test_fused_refine.py's GPU tests);
@@ -19,8 +21,16 @@ python -c "import torch, triton; print('torch', torch.__version__, 'triton', tri
 git rev-parse HEAD 2>&1 | tee -a "$OUT/gpu.txt"; git status --porcelain --untracked-files=no -- lengthx 2>&1 | tee -a "$OUT/gpu.txt"
 if [ "${T_LEDGER:-240}" != 0 ]; then
   t=$(date +%s)
-  timeout ${T_LEDGER:-240} python -c "$LX" reproduce --budget "$BUDGET" --only main,seeds,baselines --out "$OUT/res" --allow-dirty --quiet 2>&1 | tail -15
-  cp "$OUT/res/main_$BUDGET.json" "$OUT/" 2>/dev/null || cp "$OUT"/res/runs/*/main.partial.json "$OUT/" 2>/dev/null || true
+  for u in main seeds more_seeds baselines; do   # one process per unit, all at once; each unit resumes from its own folder
+    ( timeout ${T_LEDGER:-240} python -c "$LX" reproduce --budget "$BUDGET" --only $u --out "$OUT/lane_$u" --allow-dirty --quiet \
+        > "$OUT/lane_$u.log" 2>&1; echo "$u: exit $?" >> "$OUT/lane_$u.log" ) &
+  done
+  wait
+  for u in main seeds more_seeds baselines; do
+    tail -3 "$OUT/lane_$u.log"
+    cp "$OUT/lane_$u/${u}_$BUDGET.json" "$OUT/res/" 2>/dev/null || cp "$OUT"/lane_$u/runs/*/$u.partial.json "$OUT/" 2>/dev/null || true
+  done
+  cp "$OUT/res/main_$BUDGET.json" "$OUT/" 2>/dev/null || true
   python - "$OUT/res" "$BUDGET" <<'PY' 2>&1 | tee "$OUT/ledger.md"
 import sys, torch
 from lengthx.evidence import ledger, ledger_table
