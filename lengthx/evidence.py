@@ -20,7 +20,7 @@ __all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES
            'level', 'growth', 'yardstick', 't975', 'paired_interval', 'Comparison', 'values_of', 'compare', 'Claim',
            'LedgerRow', 'side', 'judge', 'log_ratios', 'log_interval', 'read_claim', 'gpu_presets', 'ledger',
            'ledger_table', 'setup_steps', 'seed_spread', 'schedule_table', 'payload_sha256', 'experiment_files',
-           'reads_line', 'reads']
+           'reads_line', 'reads', 'claims_about', 'chapter_ledger']
 
 # %% ../nbs/57_evidence.ipynb #d5c5209f
 LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape")        # units whose rows are trained language models, `spec|seed=N`
@@ -603,3 +603,17 @@ def reads(*files) -> None:
     "Print the line that records which committed result files (records, paths or names) this chapter's outputs were made from."
     if not files: raise ValueError("reads() needs at least one result file (a record from load_results, a path or a name)")
     print(reads_line(*files))
+
+# %% ../nbs/57_evidence.ipynb #9b34795c
+def claims_about(*specs: str) -> list[Claim]:
+    "The ledger's claims that name one of `specs` on either side (the rows a method chapter shows)."
+    if not specs: raise ValueError("claims_about needs at least one spec, e.g. claims_about('kerple_log')")
+    return [c for c in CLAIMS if c.a in specs or c.b in specs]
+
+
+def chapter_ledger(*specs: str, recs: Optional[Sequence[dict]] = None) -> str:
+    "The ledger rows about `specs` as a markdown table, after printing the `reads` line of the files they were read from."
+    rows = ledger(recs, claims_about(*specs))
+    files = sorted({f for r in rows for f in r.files})
+    if files: reads(*files)
+    return ledger_table(rows)
