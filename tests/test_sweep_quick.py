@@ -118,3 +118,18 @@ def test_a_long_sweep_still_draws_no_two_lines_alike(tmp_path):
     lines = [ln for ln in fig.axes[0].get_lines() if ln.get_label() != "×1: no change"]
     assert len({(ln.get_color(), ln.get_marker(), ln.get_linestyle()) for ln in lines}) == len(specs) == 40
     plt.close(fig)
+
+
+def test_the_sweep_draws_its_figure_in_the_order_the_encodings_were_asked_for(tmp_path, monkeypatch):
+    import lengthx.sweep as S
+    seen = []
+    real = S.plot_sweep
+    def spy(res, path=None, ymax=None, order=None):
+        seen.append(list(order or []))
+        return real(res, path, ymax=ymax, order=order)
+    monkeypatch.setattr(S, "plot_sweep", spy)
+    b = replace(BUDGETS["quick"], train_len=16, steps=2, batch_size=2)
+    run_sweep(["nope", "alibi"], b, tmp_path, protocol=Protocol(n_windows=3, max_factor=2), progress=False, figure=True)
+    assert seen == [["nope", "alibi"]]
+    run_sweep(["alibi", "nope"], b, tmp_path, protocol=Protocol(n_windows=3, max_factor=2), progress=False, figure=True)
+    assert seen[-1] == ["alibi", "nope"]                                 # resumed and asked the other way round
