@@ -31,8 +31,8 @@ __all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'THROUGHPUT', 'MAX_EVAL_
            'memory_budget', 'fused_refine_runs', 'fused_weights_run', 'estimate_eval_memory', 'estimate_train_memory',
            'EvalPlan', 'plan_eval', 'flops_per_second', 'count_windows', 'estimate_eval_seconds', 'check_eval_time',
            'check_tokens', 'perplexity', 'window_ppl_interval', 'position_losses', 'ppl_curve', 'eval_lengths',
-           'pe_family', 'pe_style', 'pe_styles', 'linear_ticks', 'log_ticks', 'label_log_axis', 'plot_ppl', 'Protocol',
-           'check_protocol', 'check_lengths']
+           'pe_family', 'pe_style', 'pe_styles', 'linear_ticks', 'log_ticks', 'label_log_axis', 'label_length_axis',
+           'plot_ppl', 'Protocol', 'check_protocol', 'check_lengths']
 
 # %% ../nbs/53_evaluate.ipynb #12c3b9d5
 PROTOCOLS = ("last_k", "nonoverlap", "sliding")
@@ -604,6 +604,15 @@ def label_log_axis(axis) -> None:
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
 
+
+def label_length_axis(axis, lengths: Iterable[int], most: int = 8) -> None:
+    "Label a length axis (ax.xaxis, log base 2) at the lengths drawn, as plain numbers (64, 128, ...), not powers of two."
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    ticks = sorted(set(lengths))
+    while len(ticks) > most: ticks = ticks[::2]                  # every other length, until they fit
+    axis.set_major_locator(FixedLocator(ticks)); axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0f}"))
+
 # %% ../nbs/53_evaluate.ipynb #96a9911b
 def plot_ppl(curves: dict[str, dict[int, float]], train_len: Optional[int] = None, *, title: str = "",
              ax=None, ymax: Optional[float] = None):
@@ -618,7 +627,8 @@ def plot_ppl(curves: dict[str, dict[int, float]], train_len: Optional[int] = Non
     ax.set_xscale("log", base=2); ax.set_yscale("log")
     if ymax: ax.set_ylim(top=ymax)
     label_log_axis(ax.yaxis)                                     # plain numbers, at least three over the data's range
-    ax.set(xlabel="evaluation length", ylabel="perplexity", title=title)
+    label_length_axis(ax.xaxis, [x for c in curves.values() for x in c])   # 64, 128, ... rather than 2^6, 2^7, ...
+    ax.set(xlabel="evaluation length (tokens)", ylabel="perplexity", title=title)
     ax.legend(fontsize=7, ncol=1 if len(curves) <= 12 else 2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax
 

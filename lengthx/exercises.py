@@ -21,10 +21,12 @@ from .pe.bias import alibi_slopes
 from .pe.bipe import segment_positions as _segment_positions
 from .pe.fire import fire_normalized_distance
 from .pe.kerple import cpd_margin
+from .pe.relative import shaw_index as _shaw_index, shaw_value_term as _shaw_value_term
 from .pe.cdape import tril_masked
 from .pe.dape import ScoreMLP, dape_logits as _dape_logits
 from .pe.rotary import rope_interleaved, rope_inv_freq, rope_rotate_half as _rope_rotate_half
 from .pe.scaling import ntk_base
+from .pe.window import WINDOW_NEG, window_bias as _window_bias
 from .pe.xpos import xpos_scale as _xpos_scale, xpos_zeta
 from .recall import Recall
 from .tasks import che_tasks, evaluate_mod
@@ -32,8 +34,9 @@ from .tasks import che_tasks, evaluate_mod
 # %% auto #0
 __all__ = ['EXERCISES', 'KINDS', 'Fail', 'NotAttempted', 'Exercise', 'autograded', 'written', 'known', 'get', 'solution', 'check',
            'attend', 'sinusoidal', 'rope_rotate_half', 'layout_permutation', 'xpos_scale', 'ntk_inv_freq', 'alibi_bias',
-           'is_cpd', 'cpd_counterexample', 'fire_distance', 'randomized_positions', 'segment_positions', 'dape_logits',
-           'causal_key_conv', 'last_k_windows', 'solve_modular_arithmetic', 'mqar_targets']
+           'is_cpd', 'cpd_counterexample', 'fire_distance', 'randomized_positions', 'shaw_value_term', 'window_bias',
+           'segment_positions', 'dape_logits', 'causal_key_conv', 'last_k_windows', 'solve_modular_arithmetic',
+           'mqar_targets']
 
 # %% ../nbs/80_exercises.ipynb #da9d28e4
 class Fail(Exception):
@@ -727,6 +730,121 @@ def randomized_positions(length: int, max_len: int, generator: torch.Generator) 
 
 written("23.2", "23_randomized", "How often does training see the largest positions? Compute P(max < M)", "derive")
 written("23.3", "23_randomized", "Predict what max_len does to accuracy at 4×, then sweep it", "experiment")
+
+# %% ../nbs/80_exercises.ipynb #18f1036d
+def _ch24_inputs(seed: int, B: int = 2, H: int = 3, T: int = 9, D: int = 4, clip: int = 2):
+    "Softmax weights [B, H, T, T], a table [2k+1, D] and Shaw's index [1, T, T] for positions 5..5+T−1."
+    pos = Positions.arange(1, T, offset=5)
+    w = _randn(B, H, T, T, seed=seed).softmax(-1)
+    return w, _randn(2 * clip + 1, D, seed=seed + 1), _shaw_index(pos, pos, clip)
+
+
+def _ch24_one_hot(fn):
+    "a weight of 1 on key j reads row c_ij = clip(j − i, k) + k of the table"
+    _, table, index = _ch24_inputs(0)
+    T = index.shape[-1]
+    keys = torch.tensor([(i + 4) % T for i in range(T)])                       # each query's one key, far and near
+    w = F.one_hot(keys, T).to(torch.float64)[None, None]                       # [1, 1, T, T]
+    what = "one-hot weights (query i puts all its weight on key (i + 4) mod 9), k = 2, positions 5..13"
+    out = _as_tensor(_call(fn, what, w, table, index), what, (1, 1, T, table.shape[1]))[0, 0]
+    _close(out, table[index[0, torch.arange(T), keys]], what,
+           hint="The vector of pair (i, j) is row c_ij = clip(j − i, k) + k of the table: the clipped offset of the key "
+                "from the query (j − i, not i − j), shifted to start at row 0.")
+
+
+def _ch24_grouped(fn):
+    "keys beyond the clip share one vector: only the total weight on them matters"
+    _, table, index = _ch24_inputs(1)
+    T = index.shape[-1]
+    a, b = torch.zeros(1, 1, T, T, dtype=torch.float64), torch.zeros(1, 1, T, T, dtype=torch.float64)
+    a[..., T - 1, 0] = 1.0                                                      # the last query: all on the first key
+    b[..., T - 1, [0, 6]] = 0.5                                                 # the same weight, split over keys 0 and 6
+    want = table[index[0, T - 1, 0]]                                           # both beyond the clip: one row, total weight 1
+    for w, how in ((a, "all on key 0"), (b, "split equally over keys 0 and 6")):
+        what = f"the last query's weight {how} (both beyond the clip k = 2, so both read row 0)"
+        out = _as_tensor(_call(fn, what, w, table, index), what, (1, 1, T, table.shape[1]))
+        _close(out[0, 0, T - 1], want, what,
+               hint="Pair (i, j) reads row clip(j − i, k) + k, and keys with equal clipped offsets share that row, so only "
+                    "the sum of their weights matters: scatter_add the weights into 2k + 1 bins (scatter_ keeps one key's "
+                    "weight per bin).")
+
+
+def _ch24_reference(fn):
+    "matches Σ_j α_ij w_{c_ij} for batches, heads and random weights"
+    for seed in (2, 3):
+        w, table, index = _ch24_inputs(seed)
+        what = f"random softmax weights [2, 3, 9, 9] (seed {seed}), a [5, 4] table, k = 2"
+        got = _as_tensor(_call(fn, what, w, table, index), what, (2, 3, 9, 4))
+        _close(got, _shaw_value_term(w, table, index), what)
+
+
+@autograded("24.1", "24_learned_relative", "Shaw's value term by binning the attention weights",
+            "shaw_value_term(weights: Tensor[B, H, Tq, Tk], table: Tensor[2k+1, D], index: LongTensor[1, Tq, Tk]) -> Tensor[B, H, Tq, D]",
+            (_ch24_grouped, _ch24_one_hot, _ch24_reference))
+def shaw_value_term(weights: Tensor, table: Tensor, index: Tensor) -> Tensor:
+    "Σ_j α_ij w_{c_ij} = Σ_c (Σ_{j: c_ij = c} α_ij) w_c: the weights scatter-added into 2k + 1 bins, then one product."
+    B, H, Tq, _ = weights.shape
+    bins = weights.new_zeros(B, H, Tq, table.shape[0]).scatter_add_(-1, index[:, None].expand(B, H, -1, -1), weights)
+    return bins @ table.to(weights.dtype)
+
+
+written("24.2", "24_learned_relative", "Write Transformer-XL's position term as sinusoids of the distance, and bound it", "derive")
+written("24.3", "24_learned_relative", "Predict how Shaw's clipping distance changes growth at 8×, then train it", "experiment")
+
+# %% ../nbs/80_exercises.ipynb #278ce157
+def _ch25_bias(fn, i, j, w, what):
+    return _as_tensor(_call(fn, what, i, j, w), what, torch.broadcast_shapes(i.shape, j.shape))
+
+
+def _ch25_edge(fn):
+    "distance w − 1 is inside the window, distance w is not"
+    i, j = torch.tensor([[0], [5], [6], [7]]), torch.tensor([[0]])
+    what = "query positions i = 0, 5, 6, 7 as a column, key position j = 0, w = 6"
+    got = _ch25_bias(fn, i, j, 6, what).flatten()
+    _close(got, torch.tensor([0.0, 0.0, WINDOW_NEG, WINDOW_NEG], dtype=torch.float64), what,
+           hint="A query sees w keys, itself included: distances 0 … w − 1. The penalty starts at distance w (|i − j| ≥ w).")
+
+
+def _ch25_finite(fn):
+    "beyond the window the logit is −10⁴, a finite number"
+    i, j = torch.arange(12)[:, None], torch.arange(12)[None]
+    what = "i, j = 0..11, w = 3"
+    got = _ch25_bias(fn, i, j, 3, what)
+    if not torch.isfinite(got).all():
+        raise Fail(f"for {what} some entries are {got[~torch.isfinite(got)][0].item()}: use the finite −10⁴ of this chapter. "
+                   "exp(−10⁴) is already 0 in float32, and a finite value never turns s − max s into nan in a fused kernel.")
+    if not ((got == 0) | (got == WINDOW_NEG)).all():
+        raise Fail(f"for {what} the entries are {_fmt(got.unique())}; every entry should be 0 or −10⁴.")
+
+
+def _ch25_both_sides(fn):
+    "the window is on |i − j|: keys after the query (as an encoder sees them) are outside it too"
+    i, j = torch.tensor([[0]]), torch.tensor([[1, 3, 10]])
+    what = "query position i = 0, key positions j = 1, 3, 10, w = 4"
+    got = _ch25_bias(fn, i, j, 4, what).flatten()
+    _close(got, torch.tensor([0.0, 0.0, WINDOW_NEG], dtype=torch.float64), what,
+           hint="The bias depends on |i − j|; causality is the mask's job, so an encoder's later keys are windowed as well.")
+
+
+def _ch25_reference(fn):
+    "matches the chapter's window_bias on positions that do not start at 0"
+    for T, w, off in ((20, 5, 7), (9, 1, 0), (16, 16, 3)):
+        pos = Positions.arange(1, T, offset=off)
+        i, j = pos.token[0][:, None], pos.token[0][None]
+        what = f"positions {off}..{off + T - 1} as i (column) and j (row), w = {w}"
+        _close(_ch25_bias(fn, i, j, w, what), _window_bias(pos, pos, w)[0], what)
+
+
+@autograded("25.1", "25_window", "The window as a bias: 0 within distance w, −10⁴ beyond",
+            "window_bias(i: Tensor, j: Tensor, w: int) -> Tensor (i and j broadcast)",
+            (_ch25_edge, _ch25_finite, _ch25_both_sides, _ch25_reference))
+def window_bias(i: Tensor, j: Tensor, w: int) -> Tensor:
+    "0 where |i − j| < w, −10⁴ elsewhere: keys beyond the window get a logit whose exponential is 0."
+    return ((i - j).abs() >= w).to(torch.float64) * WINDOW_NEG
+
+
+written("25.2", "25_window", "How large must the window's penalty be in float32, bfloat16 and float16, and why not −∞?", "derive")
+written("25.3", "25_window", "Predict the length at which the band beats the dense mask, then measure it", "experiment")
 
 # %% ../nbs/80_exercises.ipynb #b3fb86e5
 _SEP = 10

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from .attention import expand_specs, parse_spec
 from .data import check_corpus, corpus_split, exclusive_lock, save_figure
-from .evaluate import PROTOCOL, Protocol, check_eval_time, count_windows, eval_lengths, perplexity
+from .evaluate import PROTOCOL, Protocol, check_eval_time, count_windows, eval_lengths, pe_styles, perplexity
 from .model import GPTConfig
 from .results import RESULTS_MODE, final_record, int_lengths, provenance, read_results, write_results
 from .train import TrainConfig, resolve_device, train_run
@@ -48,9 +48,8 @@ BUDGETS = {
 SWEEP_INTERVAL = 0.9   # each sweep point carries a 90% bootstrap interval over its windows (chapter 53)
 
 # %% auto #0
-__all__ = ['BUDGETS', 'SWEEP_INTERVAL', 'QUICK_PES', 'OKABE_ITO', 'MARKERS', 'LINESTYLES', 'Budget', 'spec_family', 'sweep_specs',
-           'sweep_one', 'sweep_settings', 'run_sweep', 'growth', 'format_row', 'sweep_table', 'plot_sweep',
-           'resolution', 'resolution_note']
+__all__ = ['BUDGETS', 'SWEEP_INTERVAL', 'QUICK_PES', 'Budget', 'spec_family', 'sweep_specs', 'sweep_one', 'sweep_settings',
+           'run_sweep', 'growth', 'format_row', 'sweep_table', 'plot_sweep', 'resolution', 'resolution_note']
 
 # %% ../nbs/56_sweep.ipynb #a9314bae
 QUICK_PES = {                             # the idea a line stands for: its spec (one registry family each)
@@ -168,7 +167,7 @@ def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Pat
         bar.close()
         res.update(command=command or res.get("command", ""), wall_seconds=round(before + time.time() - t0, 1))
         write_results(path, res)
-        if figure: plt.close(plot_sweep(res, out / "sweep.png", ymax=ymax))
+        if figure: plt.close(plot_sweep(res, out / "sweep.png", ymax=ymax, order=pes))
     return res
 
 # %% ../nbs/56_sweep.ipynb #e3fd3073
@@ -215,17 +214,6 @@ def sweep_table(res: dict) -> str:
     return "\n".join([head, sep] + [format_row(r) for r in rows])
 
 
-OKABE_ITO = ("#000000", "#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#999999")   # colour-blind safe
-MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
-LINESTYLES = ("-", "--", "-.", ":")
-
-
-def _style(i: int, n: int) -> dict:
-    "Colour, marker and line style of the i-th of n curves: up to 8 curves each has its own colour and its own marker (a cue that needs no colour vision); beyond, the line style and the marker's offset tell repeated colours apart."
-    k = len(OKABE_ITO)
-    return dict(color=OKABE_ITO[i % k], marker=MARKERS[(i + i // k) % len(MARKERS)], ls=LINESTYLES[i // k % len(LINESTYLES)])
-
-
 def _nice_ticks(lo: float, hi: float) -> list[float]:
     "Plain-number ticks covering [lo, hi] on a growth axis: 2 to 8 of them."
     for step in (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100):
@@ -234,7 +222,8 @@ def _nice_ticks(lo: float, hi: float) -> list[float]:
     return [lo, hi]
 
 
-def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[float] = None):
+def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[float] = None,
+               order: Optional[Sequence[str]] = None):
     "The sweep in two panels: growth ppl(nL)/ppl(L) against n·L per PE, and each PE's fit (ppl at L) beside its ppl at the longest length."
     from matplotlib.ticker import FixedLocator, NullLocator
     rows, st = int_lengths(res["rows"]), res["settings"]
@@ -248,8 +237,9 @@ def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[floa
         return fig
     top = max(max(c) for c in curves.values())
     g = {s: c[max(c)] / c[T] for s, c in curves.items()}
-    order = sorted(curves, key=lambda s: (max(curves[s]) != top, -g[s], s))   # worst growth first; PEs that stop early last
-    style = {s: _style(i, len(order)) for i, s in enumerate(order)}   # the strongest colours to the curves that move most
+    asked = [s for s in (order or []) if s in curves]
+    order = asked + [s for s in curves if s not in asked]   # the order the PEs were asked for, never a ranking of one seed
+    style = pe_styles(order)                                # the book's colour per family; a line style or marker apart
     lens = sorted({L for c in curves.values() for L in c})
     fig, (ax, bx) = plt.subplots(2, 1, figsize=(8, 4.2 + 0.23 * len(order)), dpi=100,
                                  gridspec_kw=dict(height_ratios=[4.2, 0.6 + 0.23 * len(order)]))
@@ -257,7 +247,7 @@ def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[floa
     for s in order:
         c = curves[s]
         xs = sorted(c)
-        label = f"{s}  ×{g[s]:.2f}" if max(c) == top else f"{s}  (no value beyond {max(c)})"
+        label = f"{s}  ×{g[s]:.3f}" if max(c) == top else f"{s}  (no value beyond {max(c)})"
         ax.plot(xs, [c[x] / c[T] for x in xs], lw=1.6, ms=5, label=label, **style[s])
     ax.axhline(1, color="k", lw=0.8, ls=":", label="×1: no change")
     ax.set_xscale("log", base=2)
@@ -276,7 +266,7 @@ def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[floa
            ylabel=f"growth: ppl(n·L) / ppl({T})",
            title="growth beyond the training length, on the same scored targets")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.02), frameon=False,
-              title=f"PE, growth at {top // T}×", title_fontsize=8, handlelength=2.6)
+              title="PE", title_fontsize=8, handlelength=2.6)
     # bottom: fit (ppl at L) and ppl at the longest length, per PE, with the stored intervals
     level = st.get("interval_level", SWEEP_INTERVAL)
     for y, s in enumerate(order):

@@ -275,6 +275,39 @@ def mqar_every_key(seq, n_keys):
     return [seq[t + 1] if tok < n_keys and t + 1 < len(seq) else -100 for t, tok in enumerate(seq)]
 
 
+def shaw_sign_flipped(weights, table, index):
+    "The offset i − j instead of j − i: the index transposed."
+    return E.solution("24.1")(weights, table, index.transpose(-1, -2).contiguous())
+
+
+def shaw_scatter_overwrites(weights, table, index):
+    "scatter_ instead of scatter_add_: one key's weight per bin survives."
+    B, H, Tq, _ = weights.shape
+    bins = weights.new_zeros(B, H, Tq, table.shape[0]).scatter_(-1, index[:, None].expand(B, H, -1, -1), weights)
+    return bins @ table.to(weights.dtype)
+
+
+def shaw_row_per_key(weights, table, index):
+    "Row j of a table as long as the keys, instead of row c_ij: no clipping, no offset."
+    rows = table[torch.arange(weights.shape[-1]).clamp(max=table.shape[0] - 1)]
+    return weights @ rows.to(weights.dtype)
+
+
+def window_off_by_one(i, j, w):
+    "|i − j| > w: a window of w + 1 keys."
+    return ((i - j).abs() > w).double() * -1.0e4
+
+
+def window_minus_inf(i, j, w):
+    "−∞ beyond the window."
+    return ((i - j).abs() >= w).double() * float("-inf")
+
+
+def window_one_sided(i, j, w):
+    "i − j ≥ w only: an encoder's later keys are left unwindowed."
+    return ((i - j) >= w).double() * -1.0e4
+
+
 WRONG = {
     "1.1": [attend_scale_d, attend_masks_past, attend_softmax_queries],
     "2.1": [sinusoidal_concat, sinusoidal_exponent],
@@ -287,6 +320,8 @@ WRONG = {
     "21.2": [counter_not_sum_zero, counter_two_points],
     "22.1": [fire_no_threshold, fire_no_plus_one],
     "23.1": [random_with_replacement, random_offset, random_unsorted, random_global_rng],
+    "24.1": [shaw_sign_flipped, shaw_scatter_overwrites, shaw_row_per_key],
+    "25.1": [window_off_by_one, window_minus_inf, window_one_sided],
     "30.1": [segments_inclusive, segments_intra_off_by_one],
     "40.1": [dape_no_residual, dape_swapped, dape_per_head, dape_over_keys],
     "41.1": [conv_no_tril, conv_tril_after, conv_along_queries],
@@ -299,7 +334,8 @@ EXPECT = {
     "rope_interleaved": "interleaved", "rope_half_wrong_sign": "−m·θ", "cpd_psd_on_all_vectors": "sum-zero",
     "cpd_strict": "not > 0", "segments_inclusive": "exclusive", "dape_no_residual": "residual", "dape_swapped": "[B; S]",
     "conv_no_tril": "tril", "conv_tril_after": "tril", "windows_overrun": "L + 1", "alibi_wrong_sign": "penalty",
-    "ntk_exponent_one": "d/(d−2)", "sinusoidal_concat": "Interleave", "random_offset": "uniform", "counter_not_sum_zero": "sum-zero", "perm_identity": "2i + 1",
+    "ntk_exponent_one": "d/(d−2)", "sinusoidal_concat": "Interleave", "random_offset": "uniform", "counter_not_sum_zero": "sum-zero", "perm_identity": "2i + 1", "shaw_sign_flipped": "j − i", "shaw_scatter_overwrites": "scatter_add",
+    "window_off_by_one": "|i − j| ≥ w", "window_minus_inf": "finite", "window_one_sided": "|i − j|",
 }
 
 
@@ -370,7 +406,7 @@ def test_check_leaves_the_global_rng_alone():
 
 
 CHAPTERS = ["01_attention", "02_absolute", "10_rope", "11_xpos", "12_context_extension", "20_t5_alibi", "21_kerple",
-            "22_sandwich_fire", "23_randomized", "30_bipe", "40_dape", "41_cdape", "53_evaluate", "60_che", "61_recall_arithmetic"]
+            "22_sandwich_fire", "23_randomized", "24_learned_relative", "25_window", "30_bipe", "40_dape", "41_cdape", "53_evaluate", "60_che", "61_recall_arithmetic"]
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

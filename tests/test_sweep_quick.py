@@ -15,8 +15,8 @@ from lengthx.cli import main
 from lengthx.evaluate import Protocol
 from lengthx.experiments import UNIT
 from lengthx.model import GPTConfig, check_model_spec
-from lengthx.sweep import (BUDGETS, OKABE_ITO, QUICK_PES, plot_sweep, resolution, resolution_note, run_sweep, spec_family,
-                           sweep_specs)
+from lengthx.evaluate import pe_styles
+from lengthx.sweep import BUDGETS, QUICK_PES, plot_sweep, resolution, resolution_note, run_sweep, spec_family, sweep_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -27,7 +27,7 @@ def test_the_quick_set_is_one_encoding_per_registry_family():
     fams = [spec_family(s) for s in QUICK_PES.values()]
     assert len(set(fams)) == len(fams), fams                        # no two lines of one family
     assert set(fams) <= set(known_pes()), set(fams) - set(known_pes())   # every family it names is registered
-    assert 6 <= len(fams) <= len(OKABE_ITO)                         # each line gets a colour of its own
+    assert 6 <= len(fams) <= 8                                      # few enough lines to read in one figure
     assert {"nope", "rope", "alibi"} <= set(fams)                   # the baselines every comparison needs
     for s in QUICK_PES.values(): check_model_spec(GPTConfig.preset("tiny", pe=s, max_len=64))
 
@@ -81,17 +81,30 @@ def test_the_command_prints_the_note_and_where_the_larger_runs_are(tmp_path, cap
     assert "chapter 57" in out
 
 
-def test_the_quick_figure_tells_lines_apart_without_colour(tmp_path):
+def _look(ln) -> tuple:
+    "What tells a line apart in the legend: colour, line style, marker."
+    return (matplotlib.colors.to_hex(ln.get_color()), ln.get_linestyle(), ln.get_marker())
+
+
+def test_the_quick_figure_draws_the_book_palette_in_the_asked_order_and_no_two_lines_alike(tmp_path):
     specs = list(QUICK_PES.values())
     rows = {s: _row(s, (10 + i, 11 + i), (10.5 + 1.1 * i, 11.5 + 1.1 * i)) for i, s in enumerate(specs)}
     res = {"settings": {"train_len": 16, "max_factor": 2, "n_windows": 16, "preset": "tiny", "steps": 150,
                         "protocol": "last_k", "k": 16}, "rows": rows}
-    fig = plot_sweep(res, tmp_path / "sweep.png")
+    asked = specs[1::2] + specs[::2]                                   # growth rises along specs: asked in neither order
+    fig = plot_sweep(res, tmp_path / "sweep.png", order=asked)
     top = fig.axes[0]
     lines = [ln for ln in top.get_lines() if any(ln.get_label().startswith(s + "  ") for s in specs)]
     assert len(lines) == len(specs)
-    assert len({ln.get_color() for ln in lines}) == len(specs) and {ln.get_color() for ln in lines} <= set(OKABE_ITO)
-    assert len({ln.get_marker() for ln in lines}) == len(specs)        # the second cue: a marker of its own
+    assert len({_look(ln) for ln in lines}) == len(specs)              # no two lines alike (colour, style, marker)
+    assert plotcheck.look_alike_lines(fig) == []
+    book = pe_styles(asked)                                            # the book's colour of each family, chapter 53
+    assert [_look(ln) for ln in lines] == [(matplotlib.colors.to_hex(book[s]["color"]), book[s]["ls"], book[s]["marker"])
+                                           for s in asked]
+    legend = top.get_legend()
+    assert legend.get_title().get_text() == "PE"                       # no ranking in the title
+    assert [t.get_text().split("  ")[0] for t in legend.get_texts()][:len(asked)] == asked   # the order asked for
+    assert [t.get_text() for t in fig.axes[1].get_yticklabels()] == asked                     # the bottom panel too
     assert plotcheck.backwards_lines(fig) == []                        # x runs forwards
     assert [t.get_text() for t in top.get_xticklabels()] == ["16\n1×", "32\n2×"]   # every length labelled, plainly
     plt.close(fig)
@@ -105,3 +118,18 @@ def test_a_long_sweep_still_draws_no_two_lines_alike(tmp_path):
     lines = [ln for ln in fig.axes[0].get_lines() if ln.get_label() != "×1: no change"]
     assert len({(ln.get_color(), ln.get_marker(), ln.get_linestyle()) for ln in lines}) == len(specs) == 40
     plt.close(fig)
+
+
+def test_the_sweep_draws_its_figure_in_the_order_the_encodings_were_asked_for(tmp_path, monkeypatch):
+    import lengthx.sweep as S
+    seen = []
+    real = S.plot_sweep
+    def spy(res, path=None, ymax=None, order=None):
+        seen.append(list(order or []))
+        return real(res, path, ymax=ymax, order=order)
+    monkeypatch.setattr(S, "plot_sweep", spy)
+    b = replace(BUDGETS["quick"], train_len=16, steps=2, batch_size=2)
+    run_sweep(["nope", "alibi"], b, tmp_path, protocol=Protocol(n_windows=3, max_factor=2), progress=False, figure=True)
+    assert seen == [["nope", "alibi"]]
+    run_sweep(["alibi", "nope"], b, tmp_path, protocol=Protocol(n_windows=3, max_factor=2), progress=False, figure=True)
+    assert seen[-1] == ["alibi", "nope"]                                 # resumed and asked the other way round

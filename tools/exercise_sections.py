@@ -150,6 +150,32 @@ def randomized_positions(length, max_len, generator):
 
 passed = check("23.1", randomized_positions)""")
 
+EX["24_learned_relative"] = ("""**Exercise 24.1** (implement, ★★, autograded). Write `shaw_value_term(weights, table, index)`: Shaw's value term $\\sum_j \\alpha_{ij} w^V_{c_{ij}}$ for attention weights of shape `[B, H, Tq, Tk]`, a table `[2k+1, D]` and the index $c_{ij} = \\operatorname{clip}(j-i, k) + k$ of shape `[1, Tq, Tk]`, without building the `[Tq, Tk, D]` tensor of vectors. The grader checks that keys beyond the clip share one vector (only their total weight matters), that a one-hot weight reads the right row, and the values for batches and heads.
+
+**Exercise 24.2** (derive, ★★). Fix $W_R$ and write Transformer-XL's position term $(q_i + v)^\\top W_R R_\\delta$ as $\\sum_l A_l \\cos(\\delta\\omega_l - \\phi_l)$, with amplitudes and phases that depend on the query only. Deduce a bound on it that holds at every distance, in terms of $\\|W_R^\\top (q_i + v)\\|$. Compare with Shaw's key term $q_i^\\top w^K_{\\operatorname{clip}(j-i,k)}$: which of the two can tell distance $2T$ from $8T$, and which can tell $T/2$ from $T/2 + 1$ when $k < T/2$?
+
+**Exercise 24.3** (experiment, ★★★). *Predict first:* with a training length of 64, does Shaw's growth at 8× rise or fall as its clipping distance goes from 4 to 16 to 64 (`shaw:clip=4`, `shaw:clip=16`, `shaw:clip=64`)? Train each with this chapter's QUICK setup on two seeds, and give the spread between the seeds before you compare the clips. What does your result say about the paper's argument that clipping lets a model meet sequences longer than it trained on?""",
+"""from lengthx.exercises import check
+
+def shaw_value_term(weights, table, index):
+    "Exercise 24.1: Σ_j α_ij·w_{c_ij} from the weights binned by c_ij — replace this stub."
+    raise NotImplementedError
+
+passed = check("24.1", shaw_value_term)""")
+
+EX["25_window"] = ("""**Exercise 25.1** (implement, ★, autograded). Write `window_bias(i, j, w)` for integer query positions `i` and key positions `j` that broadcast: 0 where $|i - j| < w$ and $-10^4$ elsewhere. The grader checks the window's edge, that every entry is 0 or the finite $-10^4$, that keys after the query are windowed too, and the values on positions that do not start at 0.
+
+**Exercise 25.2** (derive, ★★). A row's weight on a key beyond the window is $e^{s_j - \\Lambda - m}/Z$, with $m$ the row's largest logit. If the logits of a row span at most $S$, find the smallest $\\Lambda$ for which these weights are exactly 0 in float32, bfloat16 and float16 (use each format's smallest positive subnormal). How large may $S$ grow before $10^4$ stops being enough? Then say what a fused kernel computes, via $s - \\max s$, for a row whose every logit is $-\\infty$, and why a window with $w \\ge 1$ under a causal mask never produces such a row.
+
+**Exercise 25.3** (experiment, ★★). *Predict first:* for $w = 64$, from which length $T$ on is the band (`WindowPE.attend`) faster than the dense mask, and how does the peak memory of each grow with $T$? Measure with `side_by_side(window_calls(T, w=64))` from `lengthx.bench` at $T = 256, 512, \\ldots, 8192$, and explain the crossover from the work each does: $O(T^2 d)$ for the dense mask, $O(T(w + b)\\,d)$ for the band with blocks of $b$ queries.""",
+"""from lengthx.exercises import check
+
+def window_bias(i, j, w):
+    "Exercise 25.1: 0 where |i − j| < w, −10⁴ elsewhere (i and j broadcast) — replace this stub."
+    raise NotImplementedError
+
+passed = check("25.1", window_bias)""")
+
 EX["30_bipe"] = ("""**Exercise 30.1** (implement, ★, autograded). Write `segment_positions(ids, sep_ids)` returning `(intra, inter)` for `ids` of shape `[B, T]`, with this chapter's convention: a separator belongs to the segment it closes, so $n(t)$ counts separators strictly before $t$, and the token after a separator has intra position 0. The grader checks the worked example, rows that start with a separator, runs of separators, rows with none, the prefix property, and random batches.
 
 **Exercise 30.2** (derive, ★★). With $T$ states split into $\\sqrt T$ sets of $\\sqrt T$, compare the embedding sizes of Theorems 3.1 and 3.2 and find the $T$ beyond which BiPE's bound is smaller by a factor 10. Then explain, with a three-segment example, why the segment matrices $A(S)$ can be multiplied in any grouping — the fact the divide-and-conquer construction needs. What does a separator that belonged to the *next* segment (Exercise 30.1's wrong convention) break in this construction?

@@ -181,4 +181,3 @@ _register_kerple("biaswt", ["kerple_biaswt", "kerple_biaswt:per_layer=true"],
                  "KERPLE bias+weight: q·k·exp(−r3|m−n|^r4) − r1|m−n|^r2 (naive/chunked paths only).")
 _register_kerple("gauss", ["kerple_gauss", "kerple_gauss:per_layer=true"],
                  "The Gaussian kernel r1·exp(−r2|m−n|²) as a trained bias: KERPLE's baseline with limited extrapolation.")
-
