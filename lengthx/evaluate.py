@@ -537,6 +537,7 @@ PE_STYLE = {   # family -> (colour, marker): a colour per group of related metho
     "yarn": ("sky", "o"), "yarn_hf": ("sky", "s"), "ntk_by_parts": ("sky", "^"), "llama3": ("sky", "D"),
     "longrope": ("sky", "v"), "dynamic_linear": ("sky", "P"),
     "rerope": ("teal", "o"), "self_extend": ("teal", "s"), "window": ("teal", "^"),
+    "dca": ("teal", "D"), "string": ("teal", "v"), "sinks": ("teal", "P"),
     "pose": ("olive", "o"), "randomized": ("olive", "s"),
     "alibi": ("vermillion", "o"), "sandwich": ("vermillion", "s"),
     "kerple_log": ("green", "o"), "kerple_power": ("green", "s"), "kerple_gauss": ("green", "^"),
