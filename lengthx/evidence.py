@@ -611,9 +611,9 @@ def claims_about(*specs: str) -> list[Claim]:
     return [c for c in CLAIMS if c.a in specs or c.b in specs]
 
 
-def chapter_ledger(*specs: str, recs: Optional[Sequence[dict]] = None) -> str:
-    "The ledger rows about `specs` as a markdown table, after printing the `reads` line of the files they were read from."
-    rows = ledger(recs, claims_about(*specs))
+def chapter_ledger(*specs: str, recs: Optional[Sequence[dict]] = None, papers: Sequence[str] = ()) -> str:
+    "The ledger rows about `specs` (only `papers`' claims, if given) as a markdown table, after printing the `reads` line."
+    rows = ledger(recs, [c for c in claims_about(*specs) if not papers or c.paper in papers])
     files = sorted({f for r in rows for f in r.files})
     if files: reads(*files)
     return ledger_table(rows)
