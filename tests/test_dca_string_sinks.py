@@ -63,12 +63,12 @@ def test_dca_map_is_chunkllamas(C, W):
     assert dca_relative(M, N, C, W)[CAUSAL].max() <= C   # never read beyond C
 
 
-@pytest.mark.parametrize("S,W", [(13, 4), (1, 0), (7, 7), (50, 3), (2, 1)])
+@pytest.mark.parametrize("S,W", [(13, 4), (1, 0), (13, 0), (20, 19), (39, 5), (2, 1)])   # W < S <= T − 1: distance S itself is tested
 def test_string_map_is_the_decoding_split(S, W):
     assert torch.equal(string_relative(M, N, S, W)[CAUSAL], string_decode_relative(T, S, W)[CAUSAL])
 
 
-@pytest.mark.parametrize("ns,w", [(4, 8), (0, 5), (2, 1), (1, 60), (3, 3)])
+@pytest.mark.parametrize("ns,w", [(4, 8), (0, 5), (2, 1), (1, 30), (3, 3)])   # each evicts some key before a later query
 def test_sinks_map_is_the_streaming_cache(ns, w):
     got, want = sinks_relative(M, N, ns, w)[CAUSAL], streaming_cache_relative(T, ns, w)[CAUSAL]
     assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(-1), want.nan_to_num(-1))
@@ -93,6 +93,23 @@ def test_logits_are_rope_at_the_mapped_position(spec, rel):
     want = rope_at(pe, q, k, rel().double())[..., CAUSAL]
     assert torch.equal(got.isinf(), want.isinf())
     assert (got - want).nan_to_num(0).abs().max() < 1e-5
+
+
+def test_dca_reads_keys_ahead_at_their_true_distance():
+    "Bidirectional DCA: a key ahead is read at m − n (here m = 9, n = 11, s = 10: −2, not m mod s − n mod s = 8)."
+    assert dca_relative(torch.tensor(9), torch.tensor(11), 12, 2) == -2
+    P = dca_relative(M, N, 12, 2)
+    assert torch.equal(P[~CAUSAL], (M - N).expand(T, T)[~CAUSAL])
+    q, k, _ = qkv(T=T, seed=2)
+    pe = build_pe("dca:chunk=12:local=2", n_heads=2, head_dim=16, max_len=64)
+    pos = Positions.arange(2, T)
+    assert (pe.logits(q, k, pos, pos, 1 / math.sqrt(16)) - rope_at(pe, q, k, P.double())).abs().max() < 1e-5
+
+
+def test_dca_order_is_lost_past_the_local_window():
+    "C = 12, W = 2: the query at 38 reads key 29 (9 back) at 3 like key 35, and key 28 closer than key 33."
+    row = dca_relative(torch.tensor(38), torch.arange(20, 39), 12, 2)
+    assert row[29 - 20] == row[35 - 20] == 3 and row[28 - 20] < row[33 - 20]
 
 
 # -- parts equal logits, without building them ----------------------------------------------------------------------

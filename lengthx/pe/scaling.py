@@ -146,7 +146,7 @@ class DynamicNTKRoPE(RoPE):
     def frequencies(self, length: int) -> tuple[Tensor, float]:
         return dynamic_ntk_inv_freq(self.rot_dim, self.base, self.scale, length, self.original_max_len), self.attn_factor
 
-
+# %% ../../nbs/12_context_extension.ipynb #23259fe1
 class ReRoPE(RoPE):
     "ReRoPE (Su, 2023): RoPE logits for |m − n| < w, relative position clipped to ±w beyond (two score matrices)."
     rotate = PE.rotate  # nothing is rotated up front: `logits` rotates per score matrix
@@ -184,7 +184,7 @@ class ReRoPE(RoPE):
 
     def extra_repr(self) -> str: return f"{super().extra_repr()}, window={self.window}"
 
-
+# %% ../../nbs/12_context_extension.ipynb #a3e77488
 def _pi_rope(ctx: PEContext, s: float, base: float, frac: float, original_max_len=None) -> RoPE:
     "`rope:pi=s`: every frequency divided by s."
     return RoPE(ctx, base, frac, inv_freq=pi_inv_freq(rotary_dim(ctx.head_dim, frac), base, s))
@@ -206,7 +206,7 @@ ROPE_SCALINGS.update(pi=_pi_rope, ntk=_ntk_rope, dynamic=_dynamic_rope)   # the 
 from ..attention import Opt   # declares each option's type, default and range for register_pe
 from .rotary import ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN
 
-
+# %% ../../nbs/12_context_extension.ipynb #a61dfdac
 @register_pe("yarn", examples=["yarn:s=8", "yarn:s=4:beta_fast=16"], options=[
     Opt("s", float, 8.0, "scale factor: the context grows s-fold", lo=1, hi=1e6, example=4.0),
     ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN,
@@ -237,7 +237,7 @@ def _rerope(ctx: PEContext, w: Optional[int] = None, base: float = 10000.0, frac
     if logn: return ReRoPELogN(ctx, window, base, frac, train_len=original_max_len)
     return ReRoPE(ctx, window, base, frac)
 
-# %% ../../nbs/12_context_extension.ipynb #23259fe1
+# %% ../../nbs/12_context_extension.ipynb #d2e9ff97
 class LongRoPE(RoPE):
     "LongRoPE: θ_i / λ_i with the short factors up to original_max_len, the long ones beyond; cos/sin × √(1 + ln s/ln L)."
     def __init__(self, ctx: PEContext, scale: float, short_factor: Tensor, long_factor: Tensor, base: float = 10000.0,
@@ -258,7 +258,7 @@ class LongRoPE(RoPE):
 
     def extra_repr(self) -> str: return f"{super().extra_repr()}, s={self.scale:g}, original_max_len={self.original_max_len}"
 
-
+# %% ../../nbs/12_context_extension.ipynb #c45c8aa8
 _BETA_FAST = Opt("beta_fast", float, 32.0, "β: pairs turning more than β times in the training window keep their frequency",
                  lo=1e-3, hi=1e6, example=16.0)
 _BETA_SLOW = Opt("beta_slow", float, 1.0, "α: pairs turning fewer than α times are fully interpolated (α < β)",
@@ -275,7 +275,7 @@ def _ntk_by_parts(ctx: PEContext, s: float = 8.0, base: float = 10000.0, frac: f
     r = rotary_dim(ctx.head_dim, frac)
     return RoPE(ctx, base, frac, inv_freq=ntk_by_parts_inv_freq(r, base, s, int(original_max_len or ctx.max_len), beta_fast, beta_slow))
 
-
+# %% ../../nbs/12_context_extension.ipynb #a41fc6b4
 @register_pe("llama3", examples=["llama3:s=8", "llama3:s=4:original_max_len=16:low_freq_factor=2:high_freq_factor=8"], options=[
     Opt("s", float, 8.0, "scale factor: the context grows s-fold", lo=1, hi=1e6, example=4.0),
     ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN,
@@ -349,7 +349,7 @@ def self_extend_relative(m: Tensor, n: Tensor, group: int, window: int) -> Tenso
     shift = window - window / group
     return torch.where(rel >= window, gm - gn + shift, torch.where(rel <= -window, gm - gn - shift, rel))
 
-
+# %% ../../nbs/12_context_extension.ipynb #3893ba66
 class SelfExtend(RoPE):
     "Self-Extend (Jin et al., 2024): RoPE logits for |m − n| < w, grouped positions ⌊·/G⌋ (shifted by w − w/G) beyond."
     rotate = PE.rotate  # nothing is rotated up front: `logits` rotates per score matrix
@@ -368,17 +368,12 @@ class SelfExtend(RoPE):
         w, G = self.window, self.group
         (tq,), (tk,) = self.tables_for(pos_q, q.dtype), self.tables_for(pos_k, k.dtype)
         near = torch.einsum("bhqd,bhkd->bhqk", apply_rotary(q, tq), apply_rotary(k, tk))
-        gq, _ = self_extend_positions(pos_q.token, G, w)
-        _, gk = self_extend_positions(pos_k.token, G, w)
+        (gq, gq0), (gk1, gk) = self_extend_positions(pos_q.token, G, w), self_extend_positions(pos_k.token, G, w)
         far = torch.einsum("bhqd,bhkd->bhqk", self._rotated(q, gq), self._rotated(k, gk))
         rel = (pos_q.token[:, :, None] - pos_k.token[:, None, :])[:, None]   # [B, 1, Tq, Tk]
-        s = torch.where(rel >= w, far, near)
-        ahead = rel <= -w
+        s, ahead = torch.where(rel >= w, far, near), rel <= -w
         if ahead.any():  # bidirectional attention: the mirror image, key shifted instead of query
-            _, gq0 = self_extend_positions(pos_q.token, G, w)
-            gk1, _ = self_extend_positions(pos_k.token, G, w)
-            back = torch.einsum("bhqd,bhkd->bhqk", self._rotated(q, gq0), self._rotated(k, gk1))
-            s = torch.where(ahead, back, s)
+            s = torch.where(ahead, torch.einsum("bhqd,bhkd->bhqk", self._rotated(q, gq0), self._rotated(k, gk1)), s)
         return s * scale
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, pos_q: Positions, pos_k: Positions, scale: float, causal: bool,
@@ -397,7 +392,7 @@ class SelfExtend(RoPE):
 
 # %% ../../nbs/12_context_extension.ipynb #dd026502
 class RemappedRoPE(RoPE):
-    "RoPE read at remapped positions: each part of the attention rotates queries and keys by its own position ids, so nothing is rotated up front."
+    "RoPE read at remapped positions: nothing is rotated up front; each part rotates the query its own way, the keys by their one fixed position id."
     rotate = PE.rotate
 
     def _rotated(self, x: Tensor, at: Tensor) -> Tensor:
@@ -425,13 +420,14 @@ def dca_positions(m: Tensor, n: Tensor, chunk: int, local: int) -> tuple[Tensor,
 
 
 def dca_relative(m: Tensor, n: Tensor, chunk: int, local: int) -> Tensor:
-    "P(m, n) for m ≥ n: m − n in the same chunk of s = chunk − local positions, the successive or inter position difference in earlier chunks."
+    "P(m, n): m − n in the same chunk of s = chunk − local positions, the successive or inter position difference in earlier chunks; m − n for keys ahead."
     s = chunk - local
     intra, succ, inter, key = dca_positions(m, n, chunk, local)
     gap = torch.div(m, s, rounding_mode="floor") - torch.div(n, s, rounding_mode="floor")
-    return torch.where(gap == 1, succ - key, torch.where(gap >= 2, inter - key, intra - key))
+    behind = torch.where(gap == 1, succ - key, torch.where(gap >= 2, inter - key, intra - key))
+    return torch.where(n > m, m - n, behind)
 
-
+# %% ../../nbs/12_context_extension.ipynb #157eea5a
 class DCA(RemappedRoPE):
     "Dual Chunk Attention (An et al., 2024): chunks of s = chunk − local positions; RoPE inside a chunk, bounded successive and inter-chunk positions."
     def __init__(self, ctx: PEContext, chunk: int, local: int, base: float = 10000.0, frac: float = 1.0):
@@ -444,7 +440,11 @@ class DCA(RemappedRoPE):
         kr = self._rotated(k, key)
         score = lambda at: torch.einsum("bhqd,bhkd->bhqk", self._rotated(q, at), kr)
         gap = ((pos_q.token // self.s)[:, :, None] - (pos_k.token // self.s)[:, None, :])[:, None]   # [B, 1, Tq, Tk]: chunks apart
-        return torch.where(gap == 1, score(succ), torch.where(gap >= 2, score(inter), score(intra))) * scale
+        s = torch.where(gap == 1, score(succ), torch.where(gap >= 2, score(inter), score(intra)))
+        ahead = (pos_q.token[:, :, None] < pos_k.token[:, None, :])[:, None]
+        if ahead.any():  # bidirectional attention: keys ahead at their true distance m − n
+            s = torch.where(ahead, self._scores(q, k, pos_q.token, pos_k.token), s)
+        return s * scale
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, pos_q: Positions, pos_k: Positions, scale: float, causal: bool,
                layer: int = 0) -> Optional[Tensor]:
@@ -466,7 +466,7 @@ class DCA(RemappedRoPE):
 
     def extra_repr(self) -> str: return f"{super().extra_repr()}, chunk={self.chunk}, local={self.local}"
 
-
+# %% ../../nbs/12_context_extension.ipynb #c959fbe3
 @register_pe("dca", examples=["dca", "dca:chunk=12:local=2", "dca:chunk=7:local=0"], options=[
     Opt("chunk", int, None, "C: the largest relative position read; chunks hold C − local positions (unset: 3·max_len // 4)",
         lo=1, hi=10**9, example=24),
@@ -475,17 +475,17 @@ class DCA(RemappedRoPE):
     ROPE_BASE, ROPE_FRAC])
 def _dca(ctx: PEContext, chunk: Optional[int] = None, local: Optional[int] = None, base: float = 10000.0,
          frac: float = 1.0) -> PE:
-    "Dual Chunk Attention with the authors' defaults: C = 3L/4, W = C/12 = L/16, L = max_len (the training length)."
+    "DCA with C = 3L/4 and W = C/12 = L/16 (ChunkLlama's flash-decoding and Qwen patches; its Llama patch uses L/8), L = max_len."
     chunk = chunk if chunk is not None else max(1, 3 * ctx.max_len // 4)
     return DCA(ctx, chunk, local if local is not None else chunk // 12, base, frac)
 
-# %% ../../nbs/12_context_extension.ipynb #efc6ee77
+# %% ../../nbs/12_context_extension.ipynb #eae145ec
 def string_relative(m: Tensor, n: Tensor, shift: int, local: int) -> Tensor:
     "STRING's relative position: m − n below the shift S, m − n − S + W from S on (the far distances slide down to start at W)."
     d = m - n
     return torch.where(d >= shift, d - shift + local, d)
 
-
+# %% ../../nbs/12_context_extension.ipynb #30c61c1e
 class STRING(RemappedRoPE):
     "STRING (An et al., 2025): RoPE for distances below S; from S on the query moves back by S − W, reusing well-trained distances."
     def __init__(self, ctx: PEContext, shift: int, local: int, base: float = 10000.0, frac: float = 1.0):
@@ -512,19 +512,19 @@ class STRING(RemappedRoPE):
 
     def extra_repr(self) -> str: return f"{super().extra_repr()}, shift={self.shift}, local={self.local}"
 
-
+# %% ../../nbs/12_context_extension.ipynb #1cced445
 @register_pe("string", examples=["string", "string:shift=8:local=2", "string:shift=5:local=5"], options=[
-    Opt("shift", int, None, "S: distances from S on slide down by S − W (unset: int(0.33·max_len), the authors' choice)",
+    Opt("shift", int, None, "S: distances from S on slide down by S − W (unset: int(0.33·max_len); the authors take 0.33 of the test length)",
         lo=1, hi=10**9, example=6),
     Opt("local", int, None, "W: the slid distances start at W, W <= S (unset: min(128, S // 2))", lo=0, hi=10**9, example=1),
     ROPE_BASE, ROPE_FRAC])
 def _string(ctx: PEContext, shift: Optional[int] = None, local: Optional[int] = None, base: float = 10000.0,
             frac: float = 1.0) -> PE:
-    "STRING with the authors' shift 0.33·L (L = max_len) and local value 128 (at most half the shift)."
+    "STRING with shift int(0.33·L) of the training length L = max_len (the authors take 0.33 of the test length) and local min(128, S // 2)."
     shift = shift if shift is not None else max(1, int(0.33 * ctx.max_len))
     return STRING(ctx, shift, local if local is not None else min(128, shift // 2), base, frac)
 
-# %% ../../nbs/12_context_extension.ipynb #f037d12b
+# %% ../../nbs/12_context_extension.ipynb #1df4f4de
 def sinks_relative(m: Tensor, n: Tensor, n_sink: int, window: int) -> Tensor:
     "StreamingLLM's relative position in its cache: m − n for the last `window` keys, min(m, n_sink + window − 1) − n for a sink beyond, NaN where unseen."
     d = (m - n).to(torch.float64)
@@ -532,7 +532,7 @@ def sinks_relative(m: Tensor, n: Tensor, n_sink: int, window: int) -> Tensor:
     far = (m.clamp(max=n_sink + window - 1) - n).to(torch.float64)
     return torch.where(sink, far, d).masked_fill(~(sink | (d.abs() < window)), float("nan"))
 
-
+# %% ../../nbs/12_context_extension.ipynb #3a4d0675
 class Sinks(RemappedRoPE):
     "StreamingLLM (Xiao et al., 2024) with cache positions: the first n_sink keys and the last `window`, rotated by their places in the cache."
     def __init__(self, ctx: PEContext, n_sink: int, window: int, base: float = 10000.0, frac: float = 1.0):
@@ -562,7 +562,7 @@ class Sinks(RemappedRoPE):
 
     def extra_repr(self) -> str: return f"{super().extra_repr()}, n={self.n_sink}, window={self.window}"
 
-
+# %% ../../nbs/12_context_extension.ipynb #bcd0a283
 @register_pe("sinks", examples=["sinks", "sinks:n=2:window=6", "sinks:n=1:window=3"], options=[
     Opt("n", int, 4, "sink tokens: the first n positions stay visible to every query", lo=0, hi=10**9, example=2),
     Opt("window", int, None, "recent keys: distances below window stay visible, the query's own included "
