@@ -16,7 +16,7 @@ FLOORS = [   # bottom up
     ["attention", "data"],
     ["pe.*", "model", "evaluate"],
     ["train", "bench", "results"],
-    ["tasks", "recall", "sweep", "pretrained", "evidence"],
+    ["tasks", "recall", "sweep", "pretrained", "evidence", "ruler"],
     ["experiments", "exercises"],
     ["cli"],
 ]
