@@ -238,3 +238,11 @@ def test_units_keep_the_longer_schedule_apart_and_schedule_table_pairs_the_same_
     c = E.compare("a", 1, "growth", 1024, recs=recs, units=E.SCHEDULE_UNITS)
     assert c.seeds == [0, 1, 2] and c.verdict == ">"
     assert E.schedule_table(short) == []
+
+
+def test_fit_only_runs_the_same_way_for_the_other_side():
+    claim = E.Claim("P", "T", "a below b", "a", "b", "level", 16, "<", 0.9, 1.0, "")
+    row = E.ledger(scaled(1.1, 1.1), [claim])[0]                      # a above b already at L, by the same factor at 16x
+    assert row.verdict == "opposite in fit only" and "already there at L" in row.why
+    grows = E.ledger(scaled(1.0, 1.3), [claim])[0]                    # a above b only at 16x: it grew there
+    assert grows.verdict == "opposite"
