@@ -11,6 +11,7 @@ import torch
 from lengthx.attention import Positions, attention, attention_at, build_pe
 from lengthx.pe.rotary import apply_rotary, rotary_table
 from lengthx.pe.scaling import DCA, STRING, Sinks, dca_relative, sinks_relative, string_relative
+from test_parts import _no_logits   # the PE's logits hook made to raise: a path that still returns built no T×T scores
 
 G = lambda seed: torch.Generator().manual_seed(seed)
 
@@ -117,12 +118,6 @@ def test_dca_order_is_lost_past_the_local_window():
 SPECS = ["dca:chunk=48:local=4", "dca:chunk=7:local=0", "dca:chunk=100:local=30", "dca:chunk=601:local=1",
          "string:shift=40:local=8", "string:shift=3:local=1", "string:shift=1:local=0",
          "sinks:n=4:window=30", "sinks:n=1:window=3", "sinks:n=0:window=64", "sinks:n=10:window=1"]
-
-
-def _no_logits(pe):
-    def boom(*a, **k): raise AssertionError("the T×T logits were built")
-    pe.logits = boom
-    return pe
 
 
 @pytest.mark.parametrize("spec", SPECS)
