@@ -6,9 +6,9 @@
 __all__ = ['EXTRA', 'CORE', 'LEDGER', 'SCHEDULE', 'BASELINES', 'LM', 'UNIT', 'SEPARATE_RUNS', 'RUNNERS', 'ASSUMED_TFLOPS',
            'unit_settings', 'default_out', 'Context', 'Partial', 'windowed', 'lm_run_dir', 'train_lm', 'ppl_table',
            'delta_ps', 'lm_row', 'lm_rows', 'unit_protocols', 'unit_position', 'unit_che', 'unit_che_budget',
-           'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'unit_peers', 'unit_pretrained', 'unit_dape_fast',
-           'run_tag', 'result_path', 'is_result', 'check_lm_specs', 'reproduce', 'lm_train_flops', 'flop_text',
-           'duration_text', 'estimate_table', 'experiments_view', 'cost_view']
+           'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'unit_peers', 'unit_pretrained', 'unit_parts',
+           'unit_dape_fast', 'run_tag', 'result_path', 'is_result', 'check_lm_specs', 'reproduce', 'lm_train_flops',
+           'flop_text', 'duration_text', 'estimate_table', 'experiments_view', 'cost_view']
 
 # %% ../nbs/72_reproduce.ipynb #b431fc37
 import json
@@ -31,7 +31,7 @@ from .evaluate import PROTOCOL, perplexity, position_losses
 from .model import GPTConfig, check_model_spec, flops_per_token, map_pes
 from .pe.cdape import delta_p
 from .pe.window import with_window
-from .pretrained import PRETRAINED_SETTINGS, pretrained_grid
+from .pretrained import PARTS_SETTINGS, PRETRAINED_SETTINGS, parts_grid, pretrained_grid
 from .recall import cot_experiment, recall_experiment
 from .results import (BUDGET_NAMES, SCHEMA, UNITS, check_clean, committed_results, device_of, is_result,
                              final_record, lengthx_checkout, load_results, pick, provenance_line, read_results, result_dirs,
@@ -157,6 +157,7 @@ def unit_settings(unit: str, budget: str, *, seed: int = 0, corpus: str = "stdli
         return {**lm, "specs": _SMALL["position"] if small else ["kerple_log", "alibi", "t5"], "seeds": [seed],
                 "windowed": "kerple_log"}
     if unit == "pretrained": return dict(PRETRAINED_SETTINGS["smoke" if small else "cpu" if budget == "cpu" else "gpu"])
+    if unit == "parts": return dict(PARTS_SETTINGS["smoke" if small else "cpu"])   # CPU measurements on every budget
     if unit == "baselines": return {**lm, "specs": _SMALL["baselines"] if small else BASELINES, "seeds": [seed]}
     if unit == "cdape":
         return {**lm, "specs": [f"cdape:k={k}:kerple_log" for k in (_SMALL["cdape_k"] if small else [1, 3, 5, 7])],
@@ -418,6 +419,11 @@ def unit_pretrained(ctx: Context, S: dict, part: Partial) -> dict:
     return pretrained_grid(S, progress=ctx.progress, step=part.get)
 
 
+def unit_parts(ctx: Context, S: dict, part: Partial) -> dict:
+    "Attention in parts against plain RoPE: random Llama side by side, the window band, SmolLM2 to 64K (`lengthx.pretrained.parts_grid`)."
+    return parts_grid(S, progress=ctx.progress, step=part.get)
+
+
 def unit_dape_fast(ctx: Context, S: dict, part: Partial) -> dict:
     "Chapter 43's measurement of the fused refine kernel (`lengthx.bench.dape_fast_measure`)."
     return dape_fast_measure(**S, step=part.get)
@@ -425,7 +431,7 @@ def unit_dape_fast(ctx: Context, S: dict, part: Partial) -> dict:
 
 RUNNERS = {"main": lm_rows, "seeds": lm_rows, "more_seeds": lm_rows, "schedule": lm_rows, "cdape": lm_rows, "baselines": lm_rows, "protocols": unit_protocols, "position": unit_position,
            "che": unit_che, "recall": unit_recall, "cot": unit_cot, "cost": unit_cost, "sweep": unit_sweep,
-           "peers": unit_peers, "dape_fast": unit_dape_fast, "pretrained": unit_pretrained,
+           "peers": unit_peers, "dape_fast": unit_dape_fast, "pretrained": unit_pretrained, "parts": unit_parts,
            "che_budget": unit_che_budget}
 
 # %% ../nbs/72_reproduce.ipynb #d1143e03

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from .attention import Positions, attention, build_pe, causal_mask, parse_spec, pick_path
+from .bench import side_by_side, window_calls
 from .data import decode_utf8, stdlib_files
 from .evaluate import flops_per_second, format_bytes, memory_budget, protocol_windows
 from .pe.rotary import RoPE
@@ -37,14 +38,15 @@ from .pe.scaling import self_extend_relative
 # %% auto #0
 __all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'KNOWN_GGUF', 'GLOBAL_LAYERS', 'MATERIALIZED_SLOWDOWN',
            'ATTENTION_BLOCK', 'TINY_FAMILIES', 'PASSKEY_INTRO', 'PASSKEY_FILLER', 'PASSKEY_QUESTION',
-           'PRETRAINED_SETTINGS', 'require_transformers', 'weights_location', 'check_gguf', 'load_pretrained',
-           'RotaryFacts', 'rotary_facts', 'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens', 'scored_losses',
-           'ForwardCost', 'lm_forward_cost', 'check_forward_cost', 'lm_perplexity', 'model_spec', 'rotary_pe',
-           'half_to_interleaved', 'rotary_layout', 'LayerPE', 'lengthx_attention', 'IdentityRotary', 'Extension',
-           'extend', 'hf_rope_parameters', 'hf_twin', 'tiny_hf', 'hf_agreement', 'padded_batch', 'extension_features',
-           'family_check', 'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer',
-           'passkey_grid', 'self_extend_reach', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid',
-           'finetune', 'grid_curves']
+           'PRETRAINED_SETTINGS', 'SMOLLM2_ATTENTION', 'PARTS_METHODS', 'PARTS_SETTINGS', 'require_transformers',
+           'weights_location', 'check_gguf', 'load_pretrained', 'RotaryFacts', 'rotary_facts', 'CausalLM', 'causal_lm',
+           'PeakMemory', 'document_tokens', 'scored_losses', 'ForwardCost', 'lm_forward_cost', 'check_forward_cost',
+           'lm_perplexity', 'model_spec', 'rotary_pe', 'half_to_interleaved', 'rotary_layout', 'LayerPE',
+           'lengthx_attention', 'IdentityRotary', 'Extension', 'extend', 'hf_rope_parameters', 'hf_twin', 'tiny_hf',
+           'hf_agreement', 'padded_batch', 'extension_features', 'family_check', 'PasskeyPrompt', 'passkey_prompt',
+           'random_key', 'passkey_trial', 'greedy_answer', 'passkey_grid', 'self_extend_reach', 'ppl_row',
+           'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid', 'finetune', 'grid_curves',
+           'attention_shaped_llama', 'extension_calls', 'long_rows', 'parts_grid']
 
 # %% ../nbs/13_pretrained.ipynb #2e54b631
 SMOLLM2 = "smollm2-135m"
@@ -822,16 +824,17 @@ def self_extend_reach(spec: str, L: int) -> int:
                 if self_extend_relative(torch.tensor(float(T)), torch.tensor(0.0), G, w).item() >= L)
 
 
-def ppl_row(model, tokens: Tensor, spec: str, lengths: Sequence[int], *, k: int, n_windows: int, anchor: int) -> dict:
-    "Perplexity of `model` extended by `spec` on the same scored targets at each length, with seconds and peak bytes."
-    row = {"ppl": {}, "seconds": {}, "peak_bytes": {}}
+def ppl_row(model, tokens: Tensor, spec: Optional[str], lengths: Sequence[int], *, k: int, n_windows: int, anchor: int) -> dict:
+    "Perplexity of `model` extended by `spec` (None: as shipped) on the same scored targets at each length, with seconds, peak bytes and bytes above the start."
+    row = {"ppl": {}, "seconds": {}, "peak_bytes": {}, "extra_bytes": {}}
     dev = next(_hf(model).parameters()).device
-    with extend(_hf(model), spec):
+    with (extend(_hf(model), spec) if spec else contextlib.nullcontext()):
         for L in lengths:
             t = time.perf_counter()
             with PeakMemory(dev) as mem:
                 row["ppl"][str(L)] = lm_perplexity(model, tokens, L, protocol="last_k", k=k, n_windows=n_windows, anchor=anchor)
             row["seconds"][str(L)], row["peak_bytes"][str(L)] = round(time.perf_counter() - t, 2), mem.peak
+            row["extra_bytes"][str(L)] = mem.extra
     return row
 
 
@@ -915,3 +918,68 @@ def grid_curves(result: dict, what: str = "ppl") -> dict[str, dict[int, float]]:
     "{spec: {length: value}} from a grid result (`what`: ppl, seconds or peak_bytes), lengths as sorted ints."
     return {spec: {int(L): v for L, v in sorted(row[what].items(), key=lambda kv: int(kv[0]))}
             for spec, row in result["ppl"].items()}
+
+# %% ../nbs/13_pretrained.ipynb #13a4e46b
+SMOLLM2_ATTENTION = dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
+                         rope_theta=100000.0, max_position_embeddings=8192)   # SmolLM2-135M's config (a test checks it)
+PARTS_METHODS = ["rerope", "rerope:logn=true", "self_extend:g=8:w=1024", "dca", "string", "sinks"]
+
+
+def attention_shaped_llama(layers: int = 2, vocab: int = 256, seed: int = 0):
+    "A random-weight Llama with SmolLM2's attention shape and `layers` layers, under Hugging Face's sdpa attention."
+    tf = require_transformers()
+    torch.manual_seed(seed)
+    cfg = tf.LlamaConfig(vocab_size=vocab, num_hidden_layers=layers, attn_implementation="sdpa", **SMOLLM2_ATTENTION)
+    return tf.LlamaForCausalLM(cfg).eval()
+
+
+def extension_calls(model, idx: Tensor, specs: Sequence[str]) -> dict:
+    "One forward each (only the last position's logits): the model as shipped ('rope'), and under `extend` with each spec."
+    def run(spec: Optional[str]):
+        def call():
+            with (extend(model, spec) if spec else contextlib.nullcontext()): model(input_ids=idx, logits_to_keep=1)
+        return call
+    return {"rope": run(None), **{s: run(s) for s in specs}}
+
+# %% ../nbs/13_pretrained.ipynb #77893612
+PARTS_SETTINGS = {
+    "smoke": dict(threads=1, llama=dict(T=256, layers=1, rounds=1), window=dict(lengths=[128], rounds=1),
+                  model=SMOLLM2, split="test", lengths=[128, 256], best_length=512, k=32,
+                  methods=["rerope:w=64", "string:shift=96:local=16", "sinks:n=4:window=124"]),
+    "cpu": dict(threads=2, llama=dict(T=8192, layers=2, rounds=3), window=dict(lengths=[8192, 16384], rounds=3),
+                model=SMOLLM2, split="test", lengths=[16384, 32768], best_length=65536, k=512, methods=PARTS_METHODS),
+}
+
+
+def long_rows(model, tok, S: dict, step) -> dict:
+    "SmolLM2 extended by each method, one forward at each length (plain RoPE first), then the fastest at the longest length at `best_length`."
+    top, rows = max(S["lengths"]), {}
+    tokens = document_tokens(tok, S["best_length"] + 1, S["split"])
+    near = tokens[-(top + 1):]   # the forwards at 16K and 32K score the same last k targets
+    for spec in ["rope"] + S["methods"]:   # "rope": the model as shipped, Hugging Face's sdpa attention
+        rows[spec] = step(f"long|{spec}", lambda spec=spec: ppl_row(model, near, None if spec == "rope" else spec,
+                                                                     S["lengths"], k=S["k"], n_windows=1, anchor=top))
+    best = min(S["methods"], key=lambda s: rows[s]["seconds"][str(top)])
+    far = step(f"best|{best}", lambda: ppl_row(model, tokens, best, [S["best_length"]], k=S["k"], n_windows=1,
+                                                anchor=S["best_length"]))
+    return {"rows": rows, "best": {"spec": best, **far}}
+
+
+def parts_grid(S: dict, progress: bool = True, *, loaded=None, step=None) -> dict:
+    "The three measurements of attention in parts: random Llama side by side, the window band, SmolLM2 at long lengths."
+    step, old = step or (lambda key, fn: fn()), torch.get_num_threads()
+    torch.set_num_threads(S["threads"])
+    try:
+        L = S["llama"]
+        llama = step("llama", lambda: side_by_side(extension_calls(
+            attention_shaped_llama(L["layers"]), torch.randint(0, 256, (1, L["T"]), generator=torch.Generator().manual_seed(0)),
+            S["methods"]), rounds=L["rounds"], threads=S["threads"], progress=progress))
+        W = S["window"]
+        window = {str(T): step(f"window|{T}", lambda T=T: side_by_side(window_calls(T), rounds=W["rounds"],
+                                                                        threads=S["threads"], progress=progress))
+                  for T in W["lengths"]}
+        model, tok = loaded if loaded is not None else load_pretrained(S["model"])
+        return {"llama": {**L, "methods": S["methods"], **llama}, "window": window, "smollm2": long_rows(model, tok, S, step),
+                "threads": S["threads"]}
+    finally:
+        torch.set_num_threads(old)
