@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from tqdm.auto import tqdm
 
-from .attention import Positions, attention, build_pe, causal_mask, parse_spec, pick_path
+from .attention import Positions, attention, attention_at, build_pe, causal_mask, parse_spec, pick_path
 from .bench import side_by_side, window_calls
 from .data import decode_utf8, stdlib_files
 from .evaluate import flops_per_second, format_bytes, memory_budget, protocol_windows
@@ -382,23 +382,6 @@ def _repeat_kv(x: Tensor, n_heads: int) -> Tensor:
     return x if x.shape[1] == n_heads else x.repeat_interleave(n_heads // x.shape[1], dim=1)
 
 
-def _attend_cached(q: Tensor, k: Tensor, v: Tensor, pe: RoPE, block: int = 256) -> Tensor:
-    "Queries at the last Tq of Tk positions (decoding with a cache): lengthx's rotation and logits, blocks of queries."
-    B, Tq, Tk = q.shape[0], q.shape[2], k.shape[2]
-    pos_k = Positions.arange(B, Tk, q.device)
-    if pe.uses_rotate:   # the PE's own rotate hook, on queries placed at their positions among the Tk
-        q = pe.rotate(torch.cat([q.new_zeros(*q.shape[:2], Tk - Tq, q.shape[-1]), q], dim=2), k, pos_k)[0][:, :, Tk - Tq:]
-        k = pe.rotate(k, k, pos_k)[1]
-    outs = []
-    for s in range(0, Tq, block):
-        e = min(s + block, Tq)
-        pos_q = Positions.arange(B, e - s, q.device, offset=Tk - Tq + s)
-        scores = pe.logits(q[:, :, s:e], k, pos_q, pos_k, 1.0 / math.sqrt(q.shape[-1]))
-        scores = scores.masked_fill(~causal_mask(e - s, Tk, q.device, Tk - Tq + s), float("-inf"))
-        outs.append(scores.float().softmax(-1).to(v.dtype) @ v)
-    return torch.cat(outs, dim=2)
-
-
 def _probe(apply, cos: Tensor, sin: Tensor, D: int) -> tuple[Tensor, Tensor, Tensor]:
     "The model's rotation of each unit vector e_i (i < D) for cos = 1, sin = 0; a quarter turn; and position 1's angles."
     units = torch.eye(D)[None, None]                       # [1, 1, D, D]: token i is the unit vector e_i
@@ -492,8 +475,11 @@ def lengthx_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
     pq, pk = _positions(kwargs, B, Tq, Tk, q.device, attention_mask)
     pe, softcap, window = lp.pe or lp.nope, kwargs.get("softcap"), kwargs.get("sliding_window")
     causal = getattr(module, "is_causal", True)
-    if attention_mask is None and not softcap and Tq == Tk and not (window and Tk > window):   # lengthx's own paths
+    own = attention_mask is None and not softcap and not (window and Tk > window)   # lengthx's own paths can run it
+    if own and Tq == Tk:
         out = attention(q * (scaling * math.sqrt(Dh)), k, v, pe, Positions(pq), causal=causal)
+    elif own and causal and bool((pk[:, -1] == pq[:, -1]).all()):   # decoding after a full cache: the PE's parts, or a flash band
+        out = attention_at(q * (scaling * math.sqrt(Dh)), k, v, pe, Positions(pq), Positions(pk))
     else:
         out = _attend_masked(q, k, v, pe, pq, pk, attention_mask, scaling, softcap, window, causal)
     return out.transpose(1, 2).contiguous(), None
@@ -799,7 +785,7 @@ def _bar(items, progress: bool, desc: str):
 # %% ../nbs/13_pretrained.ipynb #04253c4f
 _BASE_METHODS = ["rope", "rope:pi=4", "rope:ntk=4", "rope:dynamic=1", "yarn:s=4", "llama3:s=4", "longrope:s=4", "rerope",
                  "self_extend:g=4:w=1024"]
-_CHUNKED = ("rerope", "self_extend:g=4:w=1024")   # they change the logits, so they run on the chunked path: slow on a CPU
+_CHUNKED = ("rerope", "self_extend:g=4:w=1024")   # they change the logits: the CPU grid caps them at 2L
 PRETRAINED_SETTINGS = {
     "smoke": dict(model=SMOLLM2, split="test", train_len=8192, lengths=[256, 512], k=64, n_windows=1, seed=0,
                   methods=["rope", "rope:pi=2", "yarn:s=2", "rerope:w=64", "self_extend:g=2:w=64"],

@@ -165,3 +165,25 @@ def test_window_band_reads_the_inner_bias_only_on_the_band():
     pe.inner.bias = lambda pq, pk, layer=0: (seen.append(pq.shape[1] * pk.shape[1]), orig(pq, pk, layer))[1]
     with torch.no_grad(): attention(q, k, v, pe, Positions.arange(1, T), path="sdpa")
     assert seen and sum(seen) <= 2 * 256 * (256 + w)   # two cached band pieces (the first block, an interior one), not T² pairs
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (tools/gpu_checks.sh runs it)")
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-5), (torch.bfloat16, 3e-2)])
+@pytest.mark.parametrize("how", ["plain", "causal", "band mask"])
+def test_attend_lse_cuda_kernel_equals_the_materialized_scores(dtype, tol, how):
+    import lengthx.attention as A
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, h, t, 64, generator=g).to("cuda", dtype) for h, t in ((6, 300), (2, 517), (2, 517)))
+    mask = None
+    if how == "band mask":   # keys 40..140 behind each query, so the first rows see nothing: lse −inf, output 0
+        d = torch.arange(300)[:, None] + 217 - torch.arange(517)[None, :]
+        mask = torch.zeros(300, 517).masked_fill(~((d >= 40) & (d <= 140)), float("-inf")).to("cuda", dtype)
+        mask[:5] = float("-inf")
+    causal = how == "causal"
+    A._KERNEL_FALLBACK.pop("cuda", None)
+    got = attend_lse(q, k, v, 0.125, causal=causal, mask=mask, flash=True)
+    assert "cuda" not in A._KERNEL_FALLBACK, A._KERNEL_FALLBACK.get("cuda")   # the kernel ran, no silent fallback
+    ref = attend_lse(q, k, v, 0.125, causal=causal, mask=mask, flash=False)
+    assert (got[0].float() - ref[0].float()).abs().max() < tol
+    seen = ref[1] > float("-inf")
+    assert torch.equal(got[1] > float("-inf"), seen) and (got[1][seen] - ref[1][seen]).abs().max() < tol * 10

@@ -47,7 +47,7 @@ timeout ${T_DAPE:-240} python -c "$LX" reproduce --budget "$BUDGET" --only dape_
 echo "dape_fast: $(( $(date +%s) - t )) s"
 cp "$OUT"/res/runs/*/*.partial.json "$OUT/" 2>/dev/null || true   # what an overrun unit had finished (runs/ is too deep to come back)
 t=$(date +%s)
-timeout ${T_TEST:-150} python -m pytest -v -p no:cacheprovider tests/test_fused_refine.py -k cuda 2>&1 | tee "$OUT/pytest_gpu.txt" | grep -E "PASS|FAIL|Error|passed|failed"
+timeout ${T_TEST:-150} python -m pytest -v -p no:cacheprovider tests/test_fused_refine.py tests/test_parts.py -k cuda 2>&1 | tee "$OUT/pytest_gpu.txt" | grep -E "PASS|FAIL|Error|passed|failed"
 echo "gpu tests: $(( $(date +%s) - t )) s"
 [ "${T_CHE:-300}" = 0 ] && exit 0
 t=$(date +%s)
