@@ -19,11 +19,11 @@ from torch import Tensor, nn
 
 # %% auto #0
 __all__ = ['PATHS', 'CHUNK_AUTO_LEN', 'CHUNK_INFER_LEN', 'CHUNK_TRAIN_LEN', 'MAX_SPEC_DEPTH', 'Positions', 'PEContext', 'PE',
-           'WrappedPE', 'causal_mask', 'parts_off', 'pick_path', 'consecutive', 'toeplitz_ok', 'offsets_bias_row',
-           'toeplitz', 'KeyReversedMask', 'toeplitz_key_reversed', 'relative_bias_matrix', 'additive_mask',
-           'toeplitz_block', 'ToeplitzBlock', 'check_attention_inputs', 'attention', 'attend_lse', 'merge_parts',
-           'band_attend', 'index_offset', 'attention_at', 'Opt', 'PEFamily', 'register_pe', 'known_pes', 'pe_examples',
-           'PESpecError', 'unknown_pe_error', 'parse_spec', 'canonical_spec', 'build_pe', 'pe_help',
+           'WrappedPE', 'causal_mask', 'parts_off', 'parts_on', 'pick_path', 'consecutive', 'toeplitz_ok',
+           'offsets_bias_row', 'toeplitz', 'KeyReversedMask', 'toeplitz_key_reversed', 'relative_bias_matrix',
+           'additive_mask', 'toeplitz_block', 'ToeplitzBlock', 'check_attention_inputs', 'attention', 'attend_lse',
+           'merge_parts', 'band_attend', 'index_offset', 'attention_at', 'Opt', 'PEFamily', 'register_pe', 'known_pes',
+           'pe_examples', 'PESpecError', 'unknown_pe_error', 'parse_spec', 'canonical_spec', 'build_pe', 'pe_help',
            'pe_options_markdown', 'check_paths_agree', 'check_spec', 'expand_specs']
 
 # %% ../nbs/01_attention.ipynb #8cada530
@@ -228,6 +228,11 @@ def parts_off():
     old, _PARTS["on"] = _PARTS["on"], False
     try: yield
     finally: _PARTS["on"] = old
+
+
+def parts_on() -> bool:
+    "Whether PEs may compute their own output in parts (they do when nothing needs gradients); `parts_off()` turns it off."
+    return _PARTS["on"]
 
 
 def pick_path(pe: PE, length: int, device: torch.device, need_weights: bool = False) -> str:

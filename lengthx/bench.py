@@ -583,15 +583,19 @@ def _reset_peak() -> None:
     with open("/proc/self/clear_refs", "w") as f: f.write("5")
 
 
-def side_by_side(calls: dict, rounds: int = 3, threads: int = 2, progress: bool = False) -> dict:
-    "Seconds and peak added resident MiB of each call (no autograd), rounds interleaving the calls: {'rounds': [{name: {...}}], 'load': [...], 'threads'}."
+def side_by_side(calls: dict, rounds: int = 3, threads: int = 2, progress: bool = False, warmup: Optional[dict] = None) -> dict:
+    "Seconds and peak added resident MiB of each call (no autograd), after one untimed call each of `warmup` (default: `calls`); round r starts at the r-th call: {'rounds': [{name: {...}}], 'load': [...], 'threads'}."
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     out = {"threads": threads, "load": [list(os.getloadavg())], "rounds": []}
+    names = list(calls)
     try:
-        for _ in tqdm(range(rounds), desc="side by side", disable=not progress, file=sys.stderr):
+        with torch.no_grad():
+            for fn in (calls if warmup is None else warmup).values(): fn()   # first-call costs: allocator growth, lazy setup
+        for r in tqdm(range(rounds), desc="side by side", disable=not progress, file=sys.stderr):
             row = {}
-            for name, fn in calls.items():
+            for name in names[r % len(names):] + names[:r % len(names)]:   # each contender first in some round
+                fn = calls[name]
                 gc.collect(); _reset_peak(); base = _status_kib("VmRSS")
                 t = time.perf_counter()
                 with torch.no_grad(): fn()
@@ -609,10 +613,10 @@ def round_ratios(res: dict, name: str, ref: str) -> dict:
 
 
 def window_calls(T: int, w: int = 64, inner: str = "kerple_log", preset: str = "tiny") -> dict:
-    "One forward each at T tokens: a fresh `preset` model with `inner`, and with `window:w=…:inner` as a band (after) and as a dense mask (before)."
+    "One forward each at T tokens: a fresh `preset` model with `inner`, and with `window:w=…:inner` as a band and with parts off (the window as a bias on the inner's path)."
     torch.manual_seed(0)
     plain, win = lengthx_model(inner, preset, T).eval(), lengthx_model(f"window:w={w}:{inner}", preset, T).eval()
     idx = torch.randint(0, 256, (1, T))
     def before():
         with parts_off(): win(idx)
-    return {inner: lambda: plain(idx), "window (band)": lambda: win(idx), "window (dense, before)": before}
+    return {inner: lambda: plain(idx), "window (band)": lambda: win(idx), "window (parts off)": before}

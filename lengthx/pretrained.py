@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from tqdm.auto import tqdm
 
-from .attention import Positions, attention, attention_at, build_pe, causal_mask, parse_spec, pick_path
+from .attention import Positions, attention, attention_at, build_pe, causal_mask, parse_spec, parts_on, pick_path
 from .bench import side_by_side, window_calls
 from .data import decode_utf8, stdlib_files
 from .evaluate import flops_per_second, format_bytes, memory_budget, protocol_windows
@@ -38,15 +38,15 @@ from .pe.scaling import self_extend_relative
 # %% auto #0
 __all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'KNOWN_GGUF', 'GLOBAL_LAYERS', 'MATERIALIZED_SLOWDOWN',
            'ATTENTION_BLOCK', 'TINY_FAMILIES', 'PASSKEY_INTRO', 'PASSKEY_FILLER', 'PASSKEY_QUESTION',
-           'PRETRAINED_SETTINGS', 'SMOLLM2_ATTENTION', 'PARTS_METHODS', 'PARTS_SETTINGS', 'require_transformers',
-           'weights_location', 'check_gguf', 'load_pretrained', 'RotaryFacts', 'rotary_facts', 'CausalLM', 'causal_lm',
-           'PeakMemory', 'document_tokens', 'scored_losses', 'ForwardCost', 'lm_forward_cost', 'check_forward_cost',
-           'lm_perplexity', 'model_spec', 'rotary_pe', 'half_to_interleaved', 'rotary_layout', 'LayerPE',
-           'lengthx_attention', 'IdentityRotary', 'Extension', 'extend', 'hf_rope_parameters', 'hf_twin', 'tiny_hf',
-           'hf_agreement', 'padded_batch', 'extension_features', 'family_check', 'PasskeyPrompt', 'passkey_prompt',
-           'random_key', 'passkey_trial', 'greedy_answer', 'passkey_grid', 'self_extend_reach', 'ppl_row',
-           'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid', 'finetune', 'grid_curves',
-           'attention_shaped_llama', 'extension_calls', 'long_rows', 'parts_grid']
+           'PRETRAINED_SETTINGS', 'SMOLLM2_ATTENTION', 'PARTS_METHODS', 'SHIPPED', 'PARTS_GOALS', 'PARTS_SETTINGS',
+           'require_transformers', 'weights_location', 'check_gguf', 'load_pretrained', 'RotaryFacts', 'rotary_facts',
+           'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens', 'scored_losses', 'ForwardCost', 'lm_forward_cost',
+           'check_forward_cost', 'lm_perplexity', 'model_spec', 'rotary_pe', 'half_to_interleaved', 'rotary_layout',
+           'LayerPE', 'lengthx_attention', 'IdentityRotary', 'Extension', 'extend', 'hf_rope_parameters', 'hf_twin',
+           'tiny_hf', 'hf_agreement', 'padded_batch', 'extension_features', 'family_check', 'PasskeyPrompt',
+           'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer', 'passkey_grid', 'self_extend_reach',
+           'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid', 'finetune', 'grid_curves',
+           'attention_shaped_llama', 'extension_calls', 'controls', 'best_candidates', 'smollm2_rows', 'parts_grid']
 
 # %% ../nbs/13_pretrained.ipynb #2e54b631
 SMOLLM2 = "smollm2-135m"
@@ -311,7 +311,7 @@ def lm_forward_cost(model, length: int, scored: int = 1, device=None) -> Forward
     # allocator; and per token the rotary tables (float64 in lengthx, four cos/sin tensors in Hugging Face) and positions
     per_token = 1.25 * (4 * d + max(3 * inner, (H + 2 * KV) * Dh + 8 * H * Dh)) * e + 24 * Dh + 64
     ext = getattr(hf, "_lengthx_extension", None)
-    blocks = ext is not None and ext.pe.uses_logits
+    blocks = ext is not None and ext.pe.uses_logits and not (parts_on() and ext.pe.uses_attend)   # in parts: flash passes
     dev = torch.device(device) if device is not None else p.device
     naive = blocks and pick_path(ext.pe, T, dev) == "naive"                                 # lengthx's short lengths: all T×T scores
     if blocks: attn = (4 * T if naive else 16 * ATTENTION_BLOCK) * T * H * 4                # score blocks, several copies each
@@ -909,6 +909,8 @@ def grid_curves(result: dict, what: str = "ppl") -> dict[str, dict[int, float]]:
 SMOLLM2_ATTENTION = dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
                          rope_theta=100000.0, max_position_embeddings=8192)   # SmolLM2-135M's config (a test checks it)
 PARTS_METHODS = ["rerope", "rerope:logn=true", "self_extend:g=8:w=1024", "dca", "string", "sinks"]
+SHIPPED = "rope (HF sdpa)"   # the reference: the model as shipped, Hugging Face's sdpa attention
+PARTS_GOALS = dict(seconds=1.8, peak_mib=1.25, window=1.3)   # the targets: × the shipped model (methods), × the inner PE (window)
 
 
 def attention_shaped_llama(layers: int = 2, vocab: int = 256, seed: int = 0):
@@ -920,35 +922,53 @@ def attention_shaped_llama(layers: int = 2, vocab: int = 256, seed: int = 0):
 
 
 def extension_calls(model, idx: Tensor, specs: Sequence[str]) -> dict:
-    "One forward each (only the last position's logits): the model as shipped ('rope'), and under `extend` with each spec."
+    "One forward each (only the last position's logits): the model as shipped (`SHIPPED`), and under `extend` with each spec."
     def run(spec: Optional[str]):
         def call():
             with (extend(model, spec) if spec else contextlib.nullcontext()): model(input_ids=idx, logits_to_keep=1)
         return call
-    return {"rope": run(None), **{s: run(s) for s in specs}}
+    return {SHIPPED: run(None), **{s: run(s) for s in specs}}
 
 # %% ../nbs/13_pretrained.ipynb #77893612
 PARTS_SETTINGS = {
-    "smoke": dict(threads=1, llama=dict(T=256, layers=1, rounds=1), window=dict(lengths=[128], rounds=1),
-                  model=SMOLLM2, split="test", lengths=[128, 256], best_length=512, k=32,
+    "smoke": dict(threads=1, llama=dict(T=256, layers=1, rounds=1), window=dict(lengths=[128], rounds=1, w=16, inner="kerple_log",
+                  preset="tiny"), model=SMOLLM2, split="test", layers=1, lengths=[128, 256], warmup_length=64, best_length=512,
                   methods=["rerope:w=64", "string:shift=96:local=16", "sinks:n=4:window=124"]),
-    "cpu": dict(threads=2, llama=dict(T=8192, layers=2, rounds=3), window=dict(lengths=[8192, 16384], rounds=3),
-                model=SMOLLM2, split="test", lengths=[16384, 32768], best_length=65536, k=512, methods=PARTS_METHODS),
+    "cpu": dict(threads=2, llama=dict(T=8192, layers=2, rounds=3), window=dict(lengths=[8192, 16384], rounds=3, w=64,
+                inner="kerple_log", preset="tiny"), model=SMOLLM2, split="test", layers=4, lengths=[16384, 32768],
+                warmup_length=1024, best_length=65536, methods=PARTS_METHODS),
 }
 
 
-def long_rows(model, tok, S: dict, step) -> dict:
-    "SmolLM2 extended by each method, one forward at each length (plain RoPE first), then the fastest at the longest length at `best_length`."
-    top, rows = max(S["lengths"]), {}
-    tokens = document_tokens(tok, S["best_length"] + 1, S["split"])
-    near = tokens[-(top + 1):]   # the forwards at 16K and 32K score the same last k targets
-    for spec in ["rope"] + S["methods"]:   # "rope": the model as shipped, Hugging Face's sdpa attention
-        rows[spec] = step(f"long|{spec}", lambda spec=spec: ppl_row(model, near, None if spec == "rope" else spec,
-                                                                     S["lengths"], k=S["k"], n_windows=1, anchor=top))
-    best = min(S["methods"], key=lambda s: rows[s]["seconds"][str(top)])
-    far = step(f"best|{best}", lambda: ppl_row(model, tokens, best, [S["best_length"]], k=S["k"], n_windows=1,
-                                                anchor=S["best_length"]))
-    return {"rows": rows, "best": {"spec": best, **far}}
+def controls(calls: dict, model, idx: Tensor) -> dict:
+    "Two reference calls beside the methods: the shipped model again (the noise floor) and plain RoPE on lengthx's own path."
+    with_lx = extension_calls(model, idx, ["rope"])["rope"]
+    return {**calls, SHIPPED + " again": calls[SHIPPED], "rope": with_lx}
+
+
+def best_candidates(methods: Sequence[str], length: int, L: int) -> list[str]:
+    "The methods whose every query attends to every earlier key at `length` (not a sinks window), with Self-Extend only within its reach."
+    keep = lambda m: parse_spec(m)[0] != "sinks" and (parse_spec(m)[0] != "self_extend" or self_extend_reach(m, L) >= length)
+    return [m for m in methods if keep(m)]
+
+
+def smollm2_rows(model, tok, S: dict, step, progress: bool = False) -> dict:
+    "SmolLM2 cut to its first `layers` layers: one forward per method at each length beside the shipped model, then the fastest full-attention method at `best_length`."
+    hf, L = _hf(model), rotary_facts(model).original_max_len
+    n_layers = len(hf.model.layers)
+    tokens = document_tokens(tok, S["best_length"], S["split"])[None]
+    warm = lambda specs: extension_calls(hf, tokens[:, :S["warmup_length"]], specs)   # untimed first calls, short
+    out = {}
+    with first_layers(model, S["layers"]):
+        for T in S["lengths"]:
+            calls = controls(extension_calls(hf, tokens[:, :T], S["methods"]), hf, tokens[:, :T])
+            out[str(T)] = step(f"smollm2|{T}", lambda calls=calls: side_by_side(
+                calls, rounds=1, threads=S["threads"], progress=progress, warmup=controls(warm(S["methods"]), hf, tokens[:, :S["warmup_length"]])))
+        top = out[str(max(S["lengths"]))]["rounds"][0]
+        best = min(best_candidates(S["methods"], S["best_length"], L), key=lambda m: top[m]["seconds"])
+        far = step(f"best|{best}", lambda: side_by_side({best: extension_calls(hf, tokens, [best])[best]}, rounds=1,
+                                                         threads=S["threads"], warmup=warm([best])))
+    return {"layers": S["layers"], "of_layers": n_layers, "lengths": out, "best": {"spec": best, **far}}
 
 
 def parts_grid(S: dict, progress: bool = True, *, loaded=None, step=None) -> dict:
@@ -957,15 +977,15 @@ def parts_grid(S: dict, progress: bool = True, *, loaded=None, step=None) -> dic
     torch.set_num_threads(S["threads"])
     try:
         L = S["llama"]
-        llama = step("llama", lambda: side_by_side(extension_calls(
-            attention_shaped_llama(L["layers"]), torch.randint(0, 256, (1, L["T"]), generator=torch.Generator().manual_seed(0)),
-            S["methods"]), rounds=L["rounds"], threads=S["threads"], progress=progress))
+        llama_model, idx = attention_shaped_llama(L["layers"]), torch.randint(0, 256, (1, L["T"]), generator=torch.Generator().manual_seed(0))
+        calls = controls(extension_calls(llama_model, idx, S["methods"]), llama_model, idx)
+        llama = step("llama", lambda: side_by_side(calls, rounds=L["rounds"], threads=S["threads"], progress=progress))
         W = S["window"]
-        window = {str(T): step(f"window|{T}", lambda T=T: side_by_side(window_calls(T), rounds=W["rounds"],
-                                                                        threads=S["threads"], progress=progress))
+        window = {str(T): step(f"window|{T}", lambda T=T: side_by_side(window_calls(T, W["w"], W["inner"], W["preset"]),
+                                                                        rounds=W["rounds"], threads=S["threads"], progress=progress))
                   for T in W["lengths"]}
         model, tok = loaded if loaded is not None else load_pretrained(S["model"])
-        return {"llama": {**L, "methods": S["methods"], **llama}, "window": window, "smollm2": long_rows(model, tok, S, step),
-                "threads": S["threads"]}
+        return {"llama": {**L, "methods": S["methods"], **llama}, "window": window,
+                "smollm2": smollm2_rows(model, tok, S, step, progress), "threads": S["threads"]}
     finally:
         torch.set_num_threads(old)
