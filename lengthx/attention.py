@@ -480,13 +480,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, pe: PE, pos: Positions, *, causal
     return _chunked(q, k, v, pe, pos, causal, layer, scale, block)
 
 # %% ../nbs/01_attention.ipynb #27970dc3
-_KERNEL_FALLBACK: dict = {}   # device type: why its lse kernel was refused (then the materialized scores are used)
+_KERNEL_FALLBACK: dict = {}   # (device type, dtype, head size): why the lse kernel refused it (then materialized scores)
 
 
 def _cuda_kernel_lse(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, mask: Optional[Tensor]) -> tuple[Tensor, Tensor]:
-    "CUDA's memory-efficient kernel, which takes an additive mask and returns the log-sum-exp (padded to 32 queries): (out, lse)."
+    "CUDA's memory-efficient kernel, which takes an additive mask and returns the log-sum-exp (its query axis padded, cut back here): (out, lse)."
     r = q.shape[1] // k.shape[1]
-    k, v, bias = k.repeat_interleave(r, 1), v.repeat_interleave(r, 1), None
+    k, v, bias = (k, v, None) if r == 1 else (k.repeat_interleave(r, 1), v.repeat_interleave(r, 1), None)
     if mask is not None:   # rows 16-aligned as the kernel requires: pad the key axis, keep a view of the first Tk columns
         Tk = k.shape[-2]
         bias = mask.new_zeros(*mask.shape[:-1], Tk + (-Tk % 16), dtype=q.dtype)[..., :Tk]
@@ -498,18 +498,20 @@ def _cuda_kernel_lse(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
 
 def attend_lse(q: Tensor, k: Tensor, v: Tensor, scale: float, *, causal: bool = False,
                mask: Optional[Tensor] = None, flash: Optional[bool] = None) -> tuple[Tensor, Tensor]:
-    "Attention of q [B, H, Tq, Dh] over k, v [B, H', Tk, Dh] (H' divides H) and each query's log-sum-exp of its logits [B, H, Tq] (−inf where `mask` hides every key); `flash` (default: yes) picks torch's fused kernel (CPU flash, CUDA memory-efficient) over the materialized scores."
+    "Attention of q [B, H, Tq, Dh] over k, v [B, H', Tk, Dh] (H' divides H) and each query's log-sum-exp of its logits [B, H, Tq] (−inf where `mask` hides every key); `flash` (default: on a CPU or GPU) picks torch's fused kernel (CPU flash, CUDA memory-efficient) over the materialized scores."
     if mask is not None and mask.dim() == 3: mask = mask[None]   # [H, Tq, Tk]: the kernel takes 2 or 4 dimensions
-    dev = q.device.type
-    if flash is None: flash = dev in ("cpu", "cuda") and dev not in _KERNEL_FALLBACK
+    dev, kind = q.device.type, (q.device.type, q.dtype, q.shape[-1])
+    if flash is None: flash = dev in ("cpu", "cuda") and kind not in _KERNEL_FALLBACK
     out = None
     if flash and dev == "cpu":   # the flash kernel: scores never stored; causal is top-left (key j ≤ query i)
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
     elif flash:
         try: out, lse = _cuda_kernel_lse(q, k, v, scale, causal, mask)
-        except RuntimeError as e:   # a shape or dtype the kernel refuses: say so once, then materialize on this device
-            _KERNEL_FALLBACK[dev] = str(e).splitlines()[0]
-            warnings.warn(f"attend_lse: the {dev} kernel refused ({_KERNEL_FALLBACK[dev]}); using materialized score blocks")
+        except RuntimeError as e:   # a dtype or head size the kernel refuses: say so once, then materialize for that kind
+            if kind not in _KERNEL_FALLBACK:
+                warnings.warn(f"attend_lse: the {dev} kernel refused {kind[1]}, head size {kind[2]} ({str(e).splitlines()[0]}); "
+                              "using materialized score blocks")
+            _KERNEL_FALLBACK[kind] = str(e).splitlines()[0]
     if out is None:
         r = q.shape[1] // k.shape[1]
         s = torch.einsum("bhqd,bhkd->bhqk", q, k.repeat_interleave(r, 1)).float() * scale

@@ -1,6 +1,7 @@
 """Guards around the pretrained model: a GGUF file is checked before it is loaded (the shipped file by its SHA-256, any
 other by parsing every header entry and tensor extent), each failure one line naming the file; `lm_perplexity` and
 `passkey_grid` estimate a forward's memory and time first and refuse, before any forward, what exceeds the budget."""
+import contextlib
 import importlib.util
 import shutil
 
@@ -13,6 +14,7 @@ gguf = pytest.importorskip("gguf")
 transformers.utils.logging.set_verbosity_error()
 
 import lengthx.pretrained as P
+from lengthx.attention import parts_off
 from lengthx.pretrained import KNOWN_GGUF, check_gguf, lm_forward_cost, lm_perplexity, load_pretrained, passkey_grid, tiny_hf
 
 
@@ -94,8 +96,11 @@ def test_the_estimate_grows_with_length_and_knows_the_attention_path():
     m = _tiny_llama()
     a, b = lm_forward_cost(m, 65_536), lm_forward_cost(m, 131_072)
     assert 1.9 < b.bytes / a.bytes < 2.1 and b.flops > 3 * a.flops   # attention's operations are quadratic
-    with P.extend(m, "rerope:w=64"): c = lm_forward_cost(m, 65_536)
+    with P.extend(m, "rerope:w=64"):
+        parts = lm_forward_cost(m, 65_536)
+        with parts_off(): c = lm_forward_cost(m, 65_536)   # the logits form: blocks of scores
     assert c.bytes > a.bytes and c.seconds > a.seconds
+    assert parts.bytes == a.bytes   # in parts, flash passes: no block of scores is held
     m.config._attn_implementation = "eager"
     try: assert lm_forward_cost(m, 65_536).bytes > 10 * a.bytes
     finally: m.config._attn_implementation = "sdpa"
@@ -106,10 +111,10 @@ def test_the_estimate_bounds_a_measured_peak():
     cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=256, intermediate_size=688, num_hidden_layers=1,
                                    num_attention_heads=4, max_position_embeddings=64)
     m = transformers.LlamaForCausalLM(cfg).eval()
-    for spec, T in (("rerope:w=64", 4096), ("rope", 8192)):   # lengthx's block path first: its peak is the larger
-        tokens = torch.randint(0, 128, (T + 1,))
-        with P.extend(m, spec):
+    for spec, T, logits in (("rerope:w=64", 4096, True), ("rerope:w=64", 4096, False), ("rope", 8192, False)):
+        tokens = torch.randint(0, 128, (T + 1,))   # the logits form (blocks of scores) first: its peak is the larger
+        with P.extend(m, spec), (parts_off() if logits else contextlib.nullcontext()):
             est = lm_forward_cost(m, T, scored=256)
             with P.PeakMemory() as mem: P.scored_losses(m, tokens, [(0, T - 256)], T)
-        assert mem.extra <= est.bytes, (spec, mem.extra, est.bytes)
-        assert mem.extra > 0 or spec == "rope", "the first forward must raise the resident set (else it measured nothing)"
+        assert mem.extra <= est.bytes, (spec, logits, mem.extra, est.bytes)
+        assert mem.extra > 0 or not logits, "the first forward must raise the resident set (else it measured nothing)"

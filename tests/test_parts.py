@@ -169,21 +169,39 @@ def test_window_band_reads_the_inner_bias_only_on_the_band():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (tools/gpu_checks.sh runs it)")
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-5), (torch.bfloat16, 3e-2)])
-@pytest.mark.parametrize("how", ["plain", "causal", "band mask"])
+@pytest.mark.parametrize("how", ["plain", "causal", "band mask", "per-head mask"])
 def test_attend_lse_cuda_kernel_equals_the_materialized_scores(dtype, tol, how):
     import lengthx.attention as A
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, h, t, 64, generator=g).to("cuda", dtype) for h, t in ((6, 300), (2, 517), (2, 517)))
+    q, k, v = (torch.randn(2, h, t, 64, generator=g) for h, t in ((6, 300), (2, 517), (2, 517)))
     mask = None
-    if how == "band mask":   # keys 40..140 behind each query, so the first rows see nothing: lse −inf, output 0
+    if how != "plain" and how != "causal":   # keys 40..140 behind each query; the first rows see nothing: lse −inf, output 0
         d = torch.arange(300)[:, None] + 217 - torch.arange(517)[None, :]
-        mask = torch.zeros(300, 517).masked_fill(~((d >= 40) & (d <= 140)), float("-inf")).to("cuda", dtype)
+        mask = torch.zeros(300, 517).masked_fill(~((d >= 40) & (d <= 140)), float("-inf"))
         mask[:5] = float("-inf")
+        if how == "per-head mask": mask = mask + torch.randn(6, 300, 517, generator=g)   # [H, Tq, Tk], as a bias band gives
     causal = how == "causal"
-    A._KERNEL_FALLBACK.pop("cuda", None)
-    got = attend_lse(q, k, v, 0.125, causal=causal, mask=mask, flash=True)
-    assert "cuda" not in A._KERNEL_FALLBACK, A._KERNEL_FALLBACK.get("cuda")   # the kernel ran, no silent fallback
-    ref = attend_lse(q, k, v, 0.125, causal=causal, mask=mask, flash=False)
-    assert (got[0].float() - ref[0].float()).abs().max() < tol
+    A._KERNEL_FALLBACK.clear()
+    cuda = lambda t: None if t is None else t.to("cuda", dtype)
+    got = attend_lse(cuda(q), cuda(k), cuda(v), 0.125, causal=causal, mask=cuda(mask), flash=True)
+    assert not A._KERNEL_FALLBACK, A._KERNEL_FALLBACK   # the kernel ran, no silent fallback
+    ref = attend_lse(cuda(q).float(), cuda(k).float(), cuda(v).float(), 0.125, causal=causal,   # float32 reference of the same inputs
+                     mask=None if mask is None else cuda(mask).float(), flash=False)
+    assert (got[0].float() - ref[0]).abs().max() < tol
     seen = ref[1] > float("-inf")
-    assert torch.equal(got[1] > float("-inf"), seen) and (got[1][seen] - ref[1][seen]).abs().max() < tol * 10
+    assert torch.equal(got[1] > float("-inf"), seen) and (got[1][seen] - ref[1][seen]).abs().max() < tol
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (tools/gpu_checks.sh runs it)")
+@pytest.mark.parametrize("spec", ["rerope:w=8", "self_extend:g=3:w=8", "dca:chunk=12:local=2", "string:shift=8:local=2",
+                                  "sinks:n=2:window=6", "window:w=16:kerple_log"])
+def test_methods_in_parts_on_cuda_equal_their_logits_form(spec):
+    import lengthx.attention as A
+    A._KERNEL_FALLBACK.clear()
+    q, k, v = (t.cuda() for t in qkv(B=2, H=2, T=600, Dh=16, seed=3))
+    pe = build_pe(spec, n_heads=2, head_dim=16, max_len=32).cuda()
+    pos = Positions.arange(2, 600, device="cuda")
+    with torch.no_grad():
+        ref = attention(q, k, v, pe, pos, path="naive")
+        got = attention(q, k, v, pe, pos, path="chunked")
+    assert not A._KERNEL_FALLBACK and (got - ref).abs().max() < 2e-5
