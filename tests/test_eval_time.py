@@ -18,6 +18,15 @@ from lengthx.model import GPT, GPTConfig, flops_per_token
 LONG = torch.zeros(2_000_000, dtype=torch.long)   # a long stream of token 0: enough windows at stride 1 for days of work
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    "The estimates scale with torch's threads; the lengths below are chosen for one (the test session's setting under xdist)."
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 @pytest.fixture(scope="module")
 def tiny():
     torch.manual_seed(0)
