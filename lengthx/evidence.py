@@ -12,15 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
+import torch
+
 from .results import CHECKSUM, device_of, load_results, result_dirs
 
 # %% auto #0
 __all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES_PER_TOKEN', 'CLAIMS', 'VERDICTS',
            'LEARNED_MARGIN', 'SCHEDULE_UNITS', 'READS_PREFIX', 'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather',
-           'level', 'growth', 'yardstick', 't975', 'paired_interval', 'Comparison', 'values_of', 'compare', 'Claim',
-           'LedgerRow', 'side', 'judge', 'log_ratios', 'log_interval', 'read_claim', 'gpu_presets', 'ledger',
-           'ledger_table', 'setup_steps', 'seed_spread', 'schedule_table', 'payload_sha256', 'experiment_files',
-           'reads_line', 'reads', 'claims_about', 'chapter_ledger']
+           'level', 'growth', 'yardstick', 't975', 'paired_interval', 'Comparison', 'values_of', 'compare',
+           'window_ppl', 'compare_windows', 'Claim', 'LedgerRow', 'side', 'judge', 'log_ratios', 'log_interval',
+           'read_claim', 'gpu_presets', 'ledger', 'ledger_table', 'setup_steps', 'seed_spread', 'schedule_table',
+           'payload_sha256', 'experiment_files', 'reads_line', 'reads', 'claims_about', 'chapter_ledger']
 
 # %% ../nbs/57_evidence.ipynb #d5c5209f
 LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape")        # units whose rows are trained language models, `spec|seed=N`
@@ -152,10 +154,11 @@ class Comparison:
     verdict: str
     why: str
     method: str
+    unit: str = "seed"       # what was paired: 'seed' (trained runs) or 'window' (scored windows of one model)
 
     @property
     def n(self) -> int:
-        "How many seeds were paired."
+        "How many seeds (or windows) were paired."
         return len(self.seeds)
 
     @property
@@ -176,8 +179,8 @@ class Comparison:
                 f"over {self.n} seeds")
 
     def sentence(self) -> str:
-        "The reading sentence, built from the numbers: values, the paired difference, its interval and the seeds."
-        return _sentence(self)
+        "The reading sentence, built from the numbers: values, the paired difference, its interval and the seeds (or windows)."
+        return _window_sentence(self) if self.unit == "window" else _sentence(self)
 
 # %% ../nbs/57_evidence.ipynb #4c9a5b1b
 def _fmt(q: str, v: float) -> str:
@@ -250,6 +253,71 @@ def compare(a: str, b: Union[str, float], quantity: str = "level", length: Optio
         _coverage(x, L, recs, preset, gpu, units) for x in ([a] if _is_const(b) else [a, str(b)])) + ")"
     return Comparison(a, label, quantity, L, sa.train_len, A, B, seeds, diffs, diffs[0] if diffs else None, None, "≈",
                       why, "no interval: fewer than two paired seeds")
+
+# %% ../nbs/57_evidence.ipynb #8f7fbb14
+def _as_1d(x, name: str) -> "torch.Tensor":
+    "A 1-D float64 tensor from a tensor or a sequence of numbers; anything else raises."
+    t = torch.as_tensor(x, dtype=torch.float64)
+    if t.dim() != 1: raise ValueError(f"{name} must be 1-D (one value per window), got shape {tuple(t.shape)}")
+    return t
+
+
+def window_ppl(nll, tokens) -> float:
+    "Perplexity over windows from their summed NLLs (nats) and scored-token counts (an int for all, or one per window)."
+    nll = _as_1d(nll, "nll")
+    tok = torch.as_tensor(tokens, dtype=torch.float64).expand(nll.shape)
+    return math.exp(nll.sum().item() / tok.sum().item())
+
+
+def _window_diffs(a, b, tokens, a_base, b_base) -> tuple:
+    "Per-window paired NLL differences (growth form when bases are given) and the token counts, checked for shape."
+    if (a_base is None) != (b_base is None): raise ValueError("give both a_base and b_base (growth against growth) or neither")
+    a, b = _as_1d(a, "a"), _as_1d(b, "b")
+    if a.shape != b.shape: raise ValueError(f"a and b must score the same windows: {a.numel()} against {b.numel()} values")
+    if a_base is not None:
+        a0, b0 = _as_1d(a_base, "a_base"), _as_1d(b_base, "b_base")
+        if not a0.shape == b0.shape == a.shape:
+            raise ValueError(f"a_base and b_base must score the same {a.numel()} windows, got {a0.numel()} and {b0.numel()}")
+        a, b = a - a0, b - b0
+    tok = torch.as_tensor(tokens, dtype=torch.float64)
+    if tok.dim() > 1 or (tok.dim() == 1 and tok.shape != a.shape) or bool((tok <= 0).any()):
+        raise ValueError(f"tokens must be a positive int or one positive count per window ({a.numel()}), got {tuple(tok.shape)}")
+    return a, b, tok.expand(a.shape)
+
+# %% ../nbs/57_evidence.ipynb #c2ac1686
+def compare_windows(a_nll, b_nll, tokens, a: str = "a", b: str = "b", *, a_base=None, b_base=None, length: int = 0,
+                    train_len: int = 0, level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> Comparison:
+    "ppl_a / ppl_b on the same scored windows (or growth_a / growth_b given bases), with a paired percentile bootstrap over windows."
+    da, db, tok = _window_diffs(a_nll, b_nll, tokens, a_base, b_base)
+    d = da - db                                                   # paired per-window difference, nats
+    q = "growth ratio" if a_base is not None else "ratio"
+    n = d.numel()
+    ratio = math.exp(d.sum().item() / tok.sum().item())
+    vals = lambda x: {i: v for i, v in enumerate((x / tok).tolist())}
+    base = dict(a=a, b=b, quantity=q, length=length, train_len=train_len, a_values=vals(da), b_values=vals(db),
+                seeds=list(range(n)), diffs=d.tolist(), mean=ratio, unit="window")
+    if n < 2:
+        return Comparison(**base, interval=None, verdict="≈", why="one window: shown, never ranked",
+                          method="no interval: fewer than two windows")
+    idx = torch.randint(n, (n_boot, n), generator=torch.Generator().manual_seed(seed))   # the same windows on both sides
+    boots = torch.exp(d[idx].sum(1) / tok[idx].sum(1))
+    lo, hi = torch.quantile(boots, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)).tolist()
+    verdict = "<" if hi < 1 else ">" if lo > 1 else "≈"
+    why = "the interval excludes 1" if verdict != "≈" else "the interval contains 1"
+    return Comparison(**base, interval=(lo, hi), verdict=verdict, why=why,
+                      method=f"{100 * level:g}% paired percentile bootstrap over the {n} windows ({n_boot} resamples, seed {seed})")
+
+# %% ../nbs/57_evidence.ipynb #21d06983
+def _window_sentence(c: Comparison) -> str:
+    "The reading sentence of a window-paired comparison: the ratio, its paired bootstrap interval and the window count."
+    what = "growth" if c.quantity == "growth ratio" else "perplexity"
+    at = f" at {c.where()}" if c.length else ""
+    if c.interval is None:
+        return f"`{c.a}` against `{c.b}`, {what}{at}: ratio {c.mean:.3f} on one window: one window is shown, not ranked."
+    word = {"<": "lower than", ">": "higher than", "≈": "not told apart from"}[c.verdict]
+    level = c.method.split("%")[0]
+    return (f"`{c.a}`'s {what}{at} is {word} `{c.b}`'s: ratio {c.mean:.3f}, {level}% paired interval "
+            f"[{c.interval[0]:.3f}, {c.interval[1]:.3f}] over {c.n} windows.")
 
 # %% ../nbs/57_evidence.ipynb #807085d2
 BYTES_PER_TOKEN = (3.0, 4.5)   # assumed bytes per BPE token of the papers' tokenizers (not measured: ~4 on English prose)
