@@ -539,8 +539,15 @@ def _che_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
         return book, seeds, None, "not learned", (
             f"neither model learned the task in distribution (accuracy {run(r, c.a)['ind']:.2f} and {run(r, c.b)['ind']:.2f}, "
             f"chance {run(r, c.a)['chance']:.2f}; final loss {loss}, ln 2 = {math.log(2):.3f})"), files
-    why = "one seed: shown, never ranked" if len(seeds) < 2 else "CHE seeds are not paired by this ledger yet"
-    return book, seeds, None, "unresolved", why, files
+    if len(seeds) < 2: return book, seeds, None, "unresolved", "one seed: shown, never ranked", files
+    by_seed = {}
+    for r in sorted(got, key=lambda r: Path(r["file"]).name):          # each seed once, the first file's
+        by_seed.setdefault(int(r["settings"].get("seed", 0)), r)
+    diffs = [acc(r, c.a) - acc(r, c.b) for _, r in sorted(by_seed.items())]
+    iv = paired_interval(diffs)[1]
+    verdict, why = judge(iv, c.expect, None)          # accuracy has no per-byte conversion: judged on the interval's side
+    why = why.replace(" (the paper gives no number)", "").replace(" and the paper gives no number to size its effect", "")
+    return book, seeds, iv, verdict, f"accuracy a − b paired over {len(diffs)} seeds: {why}", files
 
 # %% ../nbs/57_evidence.ipynb #3401f082
 def _metric(c: Claim) -> str:
@@ -548,7 +555,7 @@ def _metric(c: Claim) -> str:
     return {"level": f"perplexity per byte at {c.factor}×, same targets; interval: ln(P_a/P_b) per byte",
             "growth": f"growth P({c.factor}L)/P(L), same targets; interval: ln(g_a/g_b)",
             "cost": "training-step time a/b; judged on order",
-            "che": "accuracy, mean over test lengths"}[c.quantity]
+            "che": "accuracy, mean over test lengths; interval: accuracy a − b, paired by seed"}[c.quantity]
 
 
 def read_claim(c: Claim, recs: Sequence[dict], preset: str = "cpu", gpu: bool = False) -> tuple:
