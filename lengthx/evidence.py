@@ -17,12 +17,13 @@ import torch
 from .results import CHECKSUM, device_of, load_results, result_dirs
 
 # %% auto #0
-__all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES_PER_TOKEN', 'CLAIMS', 'VERDICTS',
-           'LEARNED_MARGIN', 'SCHEDULE_UNITS', 'READS_PREFIX', 'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather',
-           'level', 'growth', 'yardstick', 't975', 'paired_interval', 'Comparison', 'values_of', 'compare',
-           'window_ppl', 'compare_windows', 'Claim', 'LedgerRow', 'side', 'judge', 'log_ratios', 'log_interval',
-           'read_claim', 'gpu_presets', 'ledger', 'ledger_table', 'setup_steps', 'seed_spread', 'schedule_table',
-           'payload_sha256', 'experiment_files', 'reads_line', 'reads', 'claims_about', 'chapter_ledger']
+__all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES_PER_TOKEN', 'HERE', 'NON_OVERLAPPING',
+           'LAST_256', 'PER_POSITION', 'CLAIMS', 'VERDICTS', 'LEARNED_MARGIN', 'SCHEDULE_UNITS', 'READS_PREFIX',
+           'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather', 'level', 'growth', 'yardstick', 't975',
+           'paired_interval', 'Comparison', 'values_of', 'compare', 'window_ppl', 'compare_windows', 'Claim',
+           'LedgerRow', 'side', 'judge', 'log_ratios', 'log_interval', 'read_claim', 'gpu_presets', 'ledger',
+           'ledger_table', 'setup_steps', 'seed_spread', 'schedule_table', 'payload_sha256', 'experiment_files',
+           'reads_line', 'reads', 'claims_about', 'chapter_ledger']
 
 # %% ../nbs/57_evidence.ipynb #d5c5209f
 LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape")        # units whose rows are trained language models, `spec|seed=N`
@@ -338,6 +339,7 @@ class Claim:
     paper_b: Optional[float]
     numbers: str             # the paper's numbers, as the paper gives them
     yardstick: bool = False  # growth below 1 read as extrapolation: judged against the windowed model
+    protocol_note: str = ""  # where the paper's evaluation protocol differs from the book's same-targets one
 
     def effect(self, bpt: tuple = None) -> Optional[tuple]:
         "The paper's effect per byte: ln(paper_a/paper_b) per BPE token divided by the bytes-per-token range, as (low, high)."
@@ -346,17 +348,23 @@ class Claim:
         return tuple(sorted((e / lo, e / hi)))
 
 # %% ../nbs/57_evidence.ipynb #0fdd1948
+HERE = "here: the same targets at every length"
+NON_OVERLAPPING = f"paper: non-overlapping chunks of the test length, every token scored; {HERE}"
+LAST_256 = f"paper: the last 256 tokens of each test-length input; {HERE}"
+PER_POSITION = f"paper: perplexity per position within 4096-token inputs; {HERE}"
+
+# %% ../nbs/57_evidence.ipynb #3c828666
 CLAIMS = [
     Claim("DAPE", "DAPE v2 Table 1 (arXiv, train 128)", "DAPE-Kerple below Kerple at 8×", "dape:kerple_log", "kerple_log",
           "level", 8, "<", 5.20, 6.91, "5.20 vs 6.91 at 1024"),
     Claim("DAPE", "DAPE v2 Table 1 (arXiv, train 128)", "DAPE-Kerple grows less than Kerple to 8×", "dape:kerple_log",
           "kerple_log", "growth", 8, "<", 5.20 / 8.21, 6.91 / 8.30, "g 0.633 vs 0.833 (5.20/8.21, 6.91/8.30)"),
     Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(QKᵀ,B) below f(B) at 16×", "dape:kerple_log", "dape_fb:kerple_log",
-          "level", 16, "<", 17.88, 23.49, "17.88 vs 23.49 at 8192"),
+          "level", 16, "<", 17.88, 23.49, "17.88 vs 23.49 at 8192", protocol_note=LAST_256),
     Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(B) below the bare bias at 16×", "dape_fb:kerple_log", "kerple_log",
-          "level", 16, "<", 23.49, 39.31, "23.49 vs 39.31 at 8192"),
+          "level", 16, "<", 23.49, 39.31, "23.49 vs 39.31 at 8192", protocol_note=LAST_256),
     Claim("DAPE", "DAPE Table 6 (Books3, train 128)", "Transformer-XL extrapolates (growth below 1 at 16×)", "transformer_xl",
-          1.0, "growth", 16, "<", 27.90 / 31.57, 1.0, "31.57 → 27.90 at 2048", yardstick=True),
+          1.0, "growth", 16, "<", 27.90 / 31.57, 1.0, "31.57 → 27.90 at 2048", yardstick=True, protocol_note=LAST_256),
     Claim("DAPE", "DAPE Table 1 (350M, train 512)", "DAPE-Kerple's step is slower than Kerple's", "dape:kerple_log",
           "kerple_log", "cost", 1, ">", 224.22, 189.91, "224 ms vs 190 ms (1.18×; 1.14× at 2.7B, 1.08× at 6.7B)"),
     Claim("DAPE", "DAPE Table 2 (CHE, train 40; Kerple in the randomized columns)", "DAPE-Kerple above Kerple on even pairs",
@@ -368,21 +376,21 @@ CLAIMS = [
     Claim("CDAPE", "DAPE v2 app. K (350M, train 512)", "CDAPE-Kerple's step is slower than DAPE-Kerple's", "cdape:k=3:kerple_log",
           "dape:kerple_log", "cost", 1, ">", 252.84, 224.22, "253 ms vs 224 ms (1.13×; the gap shrinks with size)"),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below ALiBi at 16×", "kerple_log", "alibi", "level", 16,
-          "<", 5.01, 5.74, "5.01 vs 5.74 at 8192"),
+          "<", 5.01, 5.74, "5.01 vs 5.74 at 8192", protocol_note=NON_OVERLAPPING),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below KERPLE-power at 16×", "kerple_log", "kerple_power",
-          "level", 16, "<", 5.01, 5.06, "5.01 vs 5.06 at 8192"),
+          "level", 16, "<", 5.01, 5.06, "5.01 vs 5.06 at 8192", protocol_note=NON_OVERLAPPING),
     Claim("KERPLE", "KERPLE Figure 5 (GitHub, train 512, test 4096)", "KERPLE-log below its windowed model at 8×", "kerple_log",
-          "window:w={L}:kerple_log", "level", 8, "<", None, None, "a figure: below at almost every position"),
+          "window:w={L}:kerple_log", "level", 8, "<", None, None, "a figure: below at almost every position", protocol_note=PER_POSITION),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "RoPE breaks past L (growth above 1 at 16×)", "rope", 1.0,
-          "growth", 16, ">", 54.3 / 6.07, 1.0, "6.07 → 54.3 at 8192"),
+          "growth", 16, ">", 54.3 / 6.07, 1.0, "6.07 → 54.3 at 8192", protocol_note=NON_OVERLAPPING),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "ALiBi flat (growth not above 1 at 16×)", "alibi", 1.0, "growth",
-          16, "≤", 5.74 / 6.12, 1.0, "6.12 → 5.74 at 8192"),
+          16, "≤", 5.74 / 6.12, 1.0, "6.12 → 5.74 at 8192", protocol_note=NON_OVERLAPPING),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "T5 flat (growth not above 1 at 16×)", "t5", 1.0, "growth", 16, "≤",
-          5.54 / 6.03, 1.0, "6.03 → 5.54 at 8192"),
+          5.54 / 6.03, 1.0, "6.03 → 5.54 at 8192", protocol_note=NON_OVERLAPPING),
     Claim("BiPE", "BiPE §4.2, Figure 4 (PG19, train 1024)", "BiPE-ALiBi below ALiBi at 8×", "bipe:alibi", "alibi", "level",
-          8, "<", 25.24, 28.59, "25.24 vs 28.59 at 8192"),
+          8, "<", 25.24, 28.59, "25.24 vs 28.59 at 8192", protocol_note=NON_OVERLAPPING),
     Claim("BiPE", "BiPE §4.2, Figure 4 (PG19, train 1024)", "BiPE-RoPE far below RoPE at 4×", "bipe:rope", "rope", "level",
-          4, "<", 19.67, 158.0, "19.67 vs 158 at 4096"),
+          4, "<", 19.67, 158.0, "19.67 vs 158 at 4096", protocol_note=NON_OVERLAPPING),
 ]
 
 # %% ../nbs/57_evidence.ipynb #72cfd2ef
@@ -579,6 +587,7 @@ def ledger(recs: Optional[Sequence[dict]] = None, claims: Sequence[Claim] = CLAI
         if gp:
             gb, gs, giv, gv, gw, gf = read_claim(c, recs, gp[0], gpu=True)
             g, files = f"{gv} ({gp[0]}, {len(gs)} seeds)", sorted(set(files) | set(gf))
+        if c.protocol_note: why = f"{why} ({c.protocol_note})" if why else f"({c.protocol_note})"
         rows.append(LedgerRow(c.paper, c.where, c.claim, _metric(c), c.numbers, book, seeds, iv, verdict, why, g, files))
     return rows
 
