@@ -423,7 +423,7 @@ def side(iv: tuple) -> str:
     "'<' when the whole interval is below 0, '>' when above, '≈' when it contains 0."
     return "<" if iv[1] < 0 else ">" if iv[0] > 0 else "≈"
 
-
+# %% ../nbs/57_evidence.ipynb #ec1fdca8
 def judge(interval: Optional[tuple], expect: str, effect: Optional[tuple], why: str = "") -> tuple[str, str]:
     "One rule for every claim: the interval of ln(a/b) per byte against 0 and against the paper's effect range (same units)."
     if interval is None: return "unresolved", why
@@ -447,7 +447,7 @@ def judge(interval: Optional[tuple], expect: str, effect: Optional[tuple], why: 
     if clear: return "not reproduced", f"the interval contains 0 and excludes {eff}"
     return "unresolved", f"the interval contains 0 and {eff}"
 
-# %% ../nbs/57_evidence.ipynb #ec1fdca8
+# %% ../nbs/57_evidence.ipynb #224c4e49
 def log_ratios(cmp: Comparison) -> list[float]:
     "ln(a/b) per paired seed of a comparison (perplexities per byte, or growths)."
     return [math.log(cmp.a_values[n] / cmp.b_values[n]) for n in cmp.seeds]
@@ -474,7 +474,7 @@ def _yardstick_reading(c: Claim, L: int, recs, preset: str, gpu: bool) -> tuple[
     return (own or (wins[0] if wins else None)), ("its own" if own else
                                                   "another encoding's (no windowed model of this one is committed)")
 
-
+# %% ../nbs/57_evidence.ipynb #6c4a6bcf
 def _lm_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
     "A language-model claim read from the results: (book numbers, seeds, interval of ln(a/b) per byte, verdict, why, files)."
     a, b = gather(c.a, recs, preset, gpu), None
@@ -511,7 +511,7 @@ def _lm_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
                   "; growth below 1 alone does not show extrapolation"
     return book, cmp.seeds, iv, verdict, why, files
 
-
+# %% ../nbs/57_evidence.ipynb #943a35d7
 def _cost_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
     "A cost claim judged on order: is a's training step slower than b's in every repetition (the paper's ratio depends on scale)?"
     rec = next((r for r in recs if r["unit"] == "cost" and r["preset"] == preset and (device_of(r) != "cpu") == gpu), None)
@@ -527,7 +527,7 @@ def _cost_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
                     ("unresolved", f"the repetitions overlap ({scale})"))
     return f"{r:.2f}× (repetitions {lo:.2f}× to {hi:.2f}×)", [], None, verdict, why, [Path(rec["file"]).name]
 
-
+# %% ../nbs/57_evidence.ipynb #6b6dd0ff
 LEARNED_MARGIN = 0.1   # in-distribution accuracy this far above chance counts as having learned the task (a chosen threshold)
 
 
@@ -659,7 +659,7 @@ def payload_sha256(path: Union[str, Path]) -> str:
     body = {k: v for k, v in obj.items() if k not in METADATA} if isinstance(obj, dict) else obj
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
 
-
+# %% ../nbs/57_evidence.ipynb #006f593a
 def _result_path(f) -> Path:
     "A result file from a record (its 'file'), a path, or a bare name looked up in `result_dirs()`."
     if isinstance(f, dict): return Path(f["file"])
