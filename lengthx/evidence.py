@@ -12,12 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
+import torch
+
 from .results import CHECKSUM, device_of, load_results, result_dirs
 
 # %% auto #0
-__all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES_PER_TOKEN', 'CLAIMS', 'VERDICTS',
-           'LEARNED_MARGIN', 'SCHEDULE_UNITS', 'READS_PREFIX', 'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather',
-           'level', 'growth', 'yardstick', 't975', 'paired_interval', 'Comparison', 'values_of', 'compare', 'Claim',
+__all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES_PER_TOKEN', 'HERE', 'NON_OVERLAPPING',
+           'LAST_256', 'PER_POSITION', 'CLAIMS', 'VERDICTS', 'LEARNED_MARGIN', 'SCHEDULE_UNITS', 'READS_PREFIX',
+           'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather', 'level', 'growth', 'yardstick', 't975',
+           'paired_interval', 'Comparison', 'values_of', 'compare', 'window_ppl', 'compare_windows', 'Claim',
            'LedgerRow', 'side', 'judge', 'log_ratios', 'log_interval', 'read_claim', 'gpu_presets', 'ledger',
            'ledger_table', 'setup_steps', 'seed_spread', 'schedule_table', 'payload_sha256', 'experiment_files',
            'reads_line', 'reads', 'claims_about', 'chapter_ledger']
@@ -152,10 +155,11 @@ class Comparison:
     verdict: str
     why: str
     method: str
+    unit: str = "seed"       # what was paired: 'seed' (trained runs) or 'window' (scored windows of one model)
 
     @property
     def n(self) -> int:
-        "How many seeds were paired."
+        "How many seeds (or windows) were paired."
         return len(self.seeds)
 
     @property
@@ -176,8 +180,8 @@ class Comparison:
                 f"over {self.n} seeds")
 
     def sentence(self) -> str:
-        "The reading sentence, built from the numbers: values, the paired difference, its interval and the seeds."
-        return _sentence(self)
+        "The reading sentence, built from the numbers: values, the paired difference, its interval and the seeds (or windows)."
+        return _window_sentence(self) if self.unit == "window" else _sentence(self)
 
 # %% ../nbs/57_evidence.ipynb #4c9a5b1b
 def _fmt(q: str, v: float) -> str:
@@ -251,6 +255,71 @@ def compare(a: str, b: Union[str, float], quantity: str = "level", length: Optio
     return Comparison(a, label, quantity, L, sa.train_len, A, B, seeds, diffs, diffs[0] if diffs else None, None, "≈",
                       why, "no interval: fewer than two paired seeds")
 
+# %% ../nbs/57_evidence.ipynb #8f7fbb14
+def _as_1d(x, name: str) -> "torch.Tensor":
+    "A 1-D float64 tensor from a tensor or a sequence of numbers; anything else raises."
+    t = torch.as_tensor(x, dtype=torch.float64)
+    if t.dim() != 1: raise ValueError(f"{name} must be 1-D (one value per window), got shape {tuple(t.shape)}")
+    return t
+
+
+def window_ppl(nll, tokens) -> float:
+    "Perplexity over windows from their summed NLLs (nats) and scored-token counts (an int for all, or one per window)."
+    nll = _as_1d(nll, "nll")
+    tok = torch.as_tensor(tokens, dtype=torch.float64).expand(nll.shape)
+    return math.exp(nll.sum().item() / tok.sum().item())
+
+
+def _window_diffs(a, b, tokens, a_base, b_base) -> tuple:
+    "Per-window paired NLL differences (growth form when bases are given) and the token counts, checked for shape."
+    if (a_base is None) != (b_base is None): raise ValueError("give both a_base and b_base (growth against growth) or neither")
+    a, b = _as_1d(a, "a"), _as_1d(b, "b")
+    if a.shape != b.shape: raise ValueError(f"a and b must score the same windows: {a.numel()} against {b.numel()} values")
+    if a_base is not None:
+        a0, b0 = _as_1d(a_base, "a_base"), _as_1d(b_base, "b_base")
+        if not a0.shape == b0.shape == a.shape:
+            raise ValueError(f"a_base and b_base must score the same {a.numel()} windows, got {a0.numel()} and {b0.numel()}")
+        a, b = a - a0, b - b0
+    tok = torch.as_tensor(tokens, dtype=torch.float64)
+    if tok.dim() > 1 or (tok.dim() == 1 and tok.shape != a.shape) or bool((tok <= 0).any()):
+        raise ValueError(f"tokens must be a positive int or one positive count per window ({a.numel()}), got {tuple(tok.shape)}")
+    return a, b, tok.expand(a.shape)
+
+# %% ../nbs/57_evidence.ipynb #c2ac1686
+def compare_windows(a_nll, b_nll, tokens, a: str = "a", b: str = "b", *, a_base=None, b_base=None, length: int = 0,
+                    train_len: int = 0, level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> Comparison:
+    "ppl_a / ppl_b on the same scored windows (or growth_a / growth_b given bases), with a paired percentile bootstrap over windows."
+    da, db, tok = _window_diffs(a_nll, b_nll, tokens, a_base, b_base)
+    d = da - db                                                   # paired per-window difference, nats
+    q = "growth ratio" if a_base is not None else "ratio"
+    n = d.numel()
+    ratio = math.exp(d.sum().item() / tok.sum().item())
+    vals = lambda x: {i: v for i, v in enumerate((x / tok).tolist())}
+    base = dict(a=a, b=b, quantity=q, length=length, train_len=train_len, a_values=vals(da), b_values=vals(db),
+                seeds=list(range(n)), diffs=d.tolist(), mean=ratio, unit="window")
+    if n < 2:
+        return Comparison(**base, interval=None, verdict="≈", why="one window: shown, never ranked",
+                          method="no interval: fewer than two windows")
+    idx = torch.randint(n, (n_boot, n), generator=torch.Generator().manual_seed(seed))   # the same windows on both sides
+    boots = torch.exp(d[idx].sum(1) / tok[idx].sum(1))
+    lo, hi = torch.quantile(boots, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)).tolist()
+    verdict = "<" if hi < 1 else ">" if lo > 1 else "≈"
+    why = "the interval excludes 1" if verdict != "≈" else "the interval contains 1"
+    return Comparison(**base, interval=(lo, hi), verdict=verdict, why=why,
+                      method=f"{100 * level:g}% paired percentile bootstrap over the {n} windows ({n_boot} resamples, seed {seed})")
+
+# %% ../nbs/57_evidence.ipynb #21d06983
+def _window_sentence(c: Comparison) -> str:
+    "The reading sentence of a window-paired comparison: the ratio, its paired bootstrap interval and the window count."
+    what = "growth" if c.quantity == "growth ratio" else "perplexity"
+    at = f" at {c.where()}" if c.length else ""
+    if c.interval is None:
+        return f"`{c.a}` against `{c.b}`, {what}{at}: ratio {c.mean:.3f} on one window: one window is shown, not ranked."
+    word = {"<": "lower than", ">": "higher than", "≈": "not told apart from"}[c.verdict]
+    level = c.method.split("%")[0]
+    return (f"`{c.a}`'s {what}{at} is {word} `{c.b}`'s: ratio {c.mean:.3f}, {level}% paired interval "
+            f"[{c.interval[0]:.3f}, {c.interval[1]:.3f}] over {c.n} windows.")
+
 # %% ../nbs/57_evidence.ipynb #807085d2
 BYTES_PER_TOKEN = (3.0, 4.5)   # assumed bytes per BPE token of the papers' tokenizers (not measured: ~4 on English prose)
 
@@ -270,6 +339,7 @@ class Claim:
     paper_b: Optional[float]
     numbers: str             # the paper's numbers, as the paper gives them
     yardstick: bool = False  # growth below 1 read as extrapolation: judged against the windowed model
+    protocol_note: str = ""  # where the paper's evaluation protocol differs from the book's same-targets one
 
     def effect(self, bpt: tuple = None) -> Optional[tuple]:
         "The paper's effect per byte: ln(paper_a/paper_b) per BPE token divided by the bytes-per-token range, as (low, high)."
@@ -278,17 +348,23 @@ class Claim:
         return tuple(sorted((e / lo, e / hi)))
 
 # %% ../nbs/57_evidence.ipynb #0fdd1948
+HERE = "here: the same targets at every length"
+NON_OVERLAPPING = f"paper: non-overlapping chunks of the test length, every token scored; {HERE}"
+LAST_256 = f"paper: the last 256 tokens of each test-length input; {HERE}"
+PER_POSITION = f"paper: perplexity per position within 4096-token inputs; {HERE}"
+
+# %% ../nbs/57_evidence.ipynb #3c828666
 CLAIMS = [
     Claim("DAPE", "DAPE v2 Table 1 (arXiv, train 128)", "DAPE-Kerple below Kerple at 8×", "dape:kerple_log", "kerple_log",
           "level", 8, "<", 5.20, 6.91, "5.20 vs 6.91 at 1024"),
     Claim("DAPE", "DAPE v2 Table 1 (arXiv, train 128)", "DAPE-Kerple grows less than Kerple to 8×", "dape:kerple_log",
           "kerple_log", "growth", 8, "<", 5.20 / 8.21, 6.91 / 8.30, "g 0.633 vs 0.833 (5.20/8.21, 6.91/8.30)"),
     Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(QKᵀ,B) below f(B) at 16×", "dape:kerple_log", "dape_fb:kerple_log",
-          "level", 16, "<", 17.88, 23.49, "17.88 vs 23.49 at 8192"),
+          "level", 16, "<", 17.88, 23.49, "17.88 vs 23.49 at 8192", protocol_note=LAST_256),
     Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(B) below the bare bias at 16×", "dape_fb:kerple_log", "kerple_log",
-          "level", 16, "<", 23.49, 39.31, "23.49 vs 39.31 at 8192"),
+          "level", 16, "<", 23.49, 39.31, "23.49 vs 39.31 at 8192", protocol_note=LAST_256),
     Claim("DAPE", "DAPE Table 6 (Books3, train 128)", "Transformer-XL extrapolates (growth below 1 at 16×)", "transformer_xl",
-          1.0, "growth", 16, "<", 27.90 / 31.57, 1.0, "31.57 → 27.90 at 2048", yardstick=True),
+          1.0, "growth", 16, "<", 27.90 / 31.57, 1.0, "31.57 → 27.90 at 2048", yardstick=True, protocol_note=LAST_256),
     Claim("DAPE", "DAPE Table 1 (350M, train 512)", "DAPE-Kerple's step is slower than Kerple's", "dape:kerple_log",
           "kerple_log", "cost", 1, ">", 224.22, 189.91, "224 ms vs 190 ms (1.18×; 1.14× at 2.7B, 1.08× at 6.7B)"),
     Claim("DAPE", "DAPE Table 2 (CHE, train 40; Kerple in the randomized columns)", "DAPE-Kerple above Kerple on even pairs",
@@ -300,21 +376,21 @@ CLAIMS = [
     Claim("CDAPE", "DAPE v2 app. K (350M, train 512)", "CDAPE-Kerple's step is slower than DAPE-Kerple's", "cdape:k=3:kerple_log",
           "dape:kerple_log", "cost", 1, ">", 252.84, 224.22, "253 ms vs 224 ms (1.13×; the gap shrinks with size)"),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below ALiBi at 16×", "kerple_log", "alibi", "level", 16,
-          "<", 5.01, 5.74, "5.01 vs 5.74 at 8192"),
+          "<", 5.01, 5.74, "5.01 vs 5.74 at 8192", protocol_note=NON_OVERLAPPING),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below KERPLE-power at 16×", "kerple_log", "kerple_power",
-          "level", 16, "<", 5.01, 5.06, "5.01 vs 5.06 at 8192"),
+          "level", 16, "<", 5.01, 5.06, "5.01 vs 5.06 at 8192", protocol_note=NON_OVERLAPPING),
     Claim("KERPLE", "KERPLE Figure 5 (GitHub, train 512, test 4096)", "KERPLE-log below its windowed model at 8×", "kerple_log",
-          "window:w={L}:kerple_log", "level", 8, "<", None, None, "a figure: below at almost every position"),
+          "window:w={L}:kerple_log", "level", 8, "<", None, None, "a figure: below at almost every position", protocol_note=PER_POSITION),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "RoPE breaks past L (growth above 1 at 16×)", "rope", 1.0,
-          "growth", 16, ">", 54.3 / 6.07, 1.0, "6.07 → 54.3 at 8192"),
+          "growth", 16, ">", 54.3 / 6.07, 1.0, "6.07 → 54.3 at 8192", protocol_note=NON_OVERLAPPING),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "ALiBi flat (growth not above 1 at 16×)", "alibi", 1.0, "growth",
-          16, "≤", 5.74 / 6.12, 1.0, "6.12 → 5.74 at 8192"),
+          16, "≤", 5.74 / 6.12, 1.0, "6.12 → 5.74 at 8192", protocol_note=NON_OVERLAPPING),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "T5 flat (growth not above 1 at 16×)", "t5", 1.0, "growth", 16, "≤",
-          5.54 / 6.03, 1.0, "6.03 → 5.54 at 8192"),
+          5.54 / 6.03, 1.0, "6.03 → 5.54 at 8192", protocol_note=NON_OVERLAPPING),
     Claim("BiPE", "BiPE §4.2, Figure 4 (PG19, train 1024)", "BiPE-ALiBi below ALiBi at 8×", "bipe:alibi", "alibi", "level",
-          8, "<", 25.24, 28.59, "25.24 vs 28.59 at 8192"),
+          8, "<", 25.24, 28.59, "25.24 vs 28.59 at 8192", protocol_note=NON_OVERLAPPING),
     Claim("BiPE", "BiPE §4.2, Figure 4 (PG19, train 1024)", "BiPE-RoPE far below RoPE at 4×", "bipe:rope", "rope", "level",
-          4, "<", 19.67, 158.0, "19.67 vs 158 at 4096"),
+          4, "<", 19.67, 158.0, "19.67 vs 158 at 4096", protocol_note=NON_OVERLAPPING),
 ]
 
 # %% ../nbs/57_evidence.ipynb #72cfd2ef
@@ -347,7 +423,7 @@ def side(iv: tuple) -> str:
     "'<' when the whole interval is below 0, '>' when above, '≈' when it contains 0."
     return "<" if iv[1] < 0 else ">" if iv[0] > 0 else "≈"
 
-
+# %% ../nbs/57_evidence.ipynb #ec1fdca8
 def judge(interval: Optional[tuple], expect: str, effect: Optional[tuple], why: str = "") -> tuple[str, str]:
     "One rule for every claim: the interval of ln(a/b) per byte against 0 and against the paper's effect range (same units)."
     if interval is None: return "unresolved", why
@@ -371,7 +447,7 @@ def judge(interval: Optional[tuple], expect: str, effect: Optional[tuple], why: 
     if clear: return "not reproduced", f"the interval contains 0 and excludes {eff}"
     return "unresolved", f"the interval contains 0 and {eff}"
 
-# %% ../nbs/57_evidence.ipynb #ec1fdca8
+# %% ../nbs/57_evidence.ipynb #224c4e49
 def log_ratios(cmp: Comparison) -> list[float]:
     "ln(a/b) per paired seed of a comparison (perplexities per byte, or growths)."
     return [math.log(cmp.a_values[n] / cmp.b_values[n]) for n in cmp.seeds]
@@ -398,7 +474,7 @@ def _yardstick_reading(c: Claim, L: int, recs, preset: str, gpu: bool) -> tuple[
     return (own or (wins[0] if wins else None)), ("its own" if own else
                                                   "another encoding's (no windowed model of this one is committed)")
 
-
+# %% ../nbs/57_evidence.ipynb #6c4a6bcf
 def _lm_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
     "A language-model claim read from the results: (book numbers, seeds, interval of ln(a/b) per byte, verdict, why, files)."
     a, b = gather(c.a, recs, preset, gpu), None
@@ -435,7 +511,7 @@ def _lm_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
                   "; growth below 1 alone does not show extrapolation"
     return book, cmp.seeds, iv, verdict, why, files
 
-
+# %% ../nbs/57_evidence.ipynb #943a35d7
 def _cost_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
     "A cost claim judged on order: is a's training step slower than b's in every repetition (the paper's ratio depends on scale)?"
     rec = next((r for r in recs if r["unit"] == "cost" and r["preset"] == preset and (device_of(r) != "cpu") == gpu), None)
@@ -451,7 +527,7 @@ def _cost_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
                     ("unresolved", f"the repetitions overlap ({scale})"))
     return f"{r:.2f}× (repetitions {lo:.2f}× to {hi:.2f}×)", [], None, verdict, why, [Path(rec["file"]).name]
 
-
+# %% ../nbs/57_evidence.ipynb #6b6dd0ff
 LEARNED_MARGIN = 0.1   # in-distribution accuracy this far above chance counts as having learned the task (a chosen threshold)
 
 
@@ -471,8 +547,15 @@ def _che_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
         return book, seeds, None, "not learned", (
             f"neither model learned the task in distribution (accuracy {run(r, c.a)['ind']:.2f} and {run(r, c.b)['ind']:.2f}, "
             f"chance {run(r, c.a)['chance']:.2f}; final loss {loss}, ln 2 = {math.log(2):.3f})"), files
-    why = "one seed: shown, never ranked" if len(seeds) < 2 else "CHE seeds are not paired by this ledger yet"
-    return book, seeds, None, "unresolved", why, files
+    if len(seeds) < 2: return book, seeds, None, "unresolved", "one seed: shown, never ranked", files
+    by_seed = {}
+    for r in sorted(got, key=lambda r: Path(r["file"]).name):          # each seed once, the first file's
+        by_seed.setdefault(int(r["settings"].get("seed", 0)), r)
+    diffs = [acc(r, c.a) - acc(r, c.b) for _, r in sorted(by_seed.items())]
+    iv = paired_interval(diffs)[1]
+    verdict, why = judge(iv, c.expect, None)          # accuracy has no per-byte conversion: judged on the interval's side
+    why = why.replace(" (the paper gives no number)", "").replace(" and the paper gives no number to size its effect", "")
+    return book, seeds, iv, verdict, f"accuracy a − b paired over {len(diffs)} seeds: {why}", files
 
 # %% ../nbs/57_evidence.ipynb #3401f082
 def _metric(c: Claim) -> str:
@@ -480,7 +563,7 @@ def _metric(c: Claim) -> str:
     return {"level": f"perplexity per byte at {c.factor}×, same targets; interval: ln(P_a/P_b) per byte",
             "growth": f"growth P({c.factor}L)/P(L), same targets; interval: ln(g_a/g_b)",
             "cost": "training-step time a/b; judged on order",
-            "che": "accuracy, mean over test lengths"}[c.quantity]
+            "che": "accuracy, mean over test lengths; interval: accuracy a − b, paired by seed"}[c.quantity]
 
 
 def read_claim(c: Claim, recs: Sequence[dict], preset: str = "cpu", gpu: bool = False) -> tuple:
@@ -504,6 +587,7 @@ def ledger(recs: Optional[Sequence[dict]] = None, claims: Sequence[Claim] = CLAI
         if gp:
             gb, gs, giv, gv, gw, gf = read_claim(c, recs, gp[0], gpu=True)
             g, files = f"{gv} ({gp[0]}, {len(gs)} seeds)", sorted(set(files) | set(gf))
+        if c.protocol_note: why = f"{why} ({c.protocol_note})" if why else f"({c.protocol_note})"
         rows.append(LedgerRow(c.paper, c.where, c.claim, _metric(c), c.numbers, book, seeds, iv, verdict, why, g, files))
     return rows
 
@@ -575,7 +659,7 @@ def payload_sha256(path: Union[str, Path]) -> str:
     body = {k: v for k, v in obj.items() if k not in METADATA} if isinstance(obj, dict) else obj
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
 
-
+# %% ../nbs/57_evidence.ipynb #006f593a
 def _result_path(f) -> Path:
     "A result file from a record (its 'file'), a path, or a bare name looked up in `result_dirs()`."
     if isinstance(f, dict): return Path(f["file"])
