@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import Tensor
 
 from .attention import Positions, attention, build_pe
@@ -21,12 +22,10 @@ from .pe.bias import alibi_slopes
 from .pe.bipe import segment_positions as _segment_positions
 from .pe.fire import fire_normalized_distance
 from .pe.kerple import cpd_margin
-from .pe.relative import shaw_index as _shaw_index, shaw_value_term as _shaw_value_term
 from .pe.cdape import tril_masked
 from .pe.dape import ScoreMLP, dape_logits as _dape_logits
 from .pe.rotary import rope_interleaved, rope_inv_freq, rope_rotate_half as _rope_rotate_half
 from .pe.scaling import ntk_base
-from .pe.window import WINDOW_NEG, window_bias as _window_bias
 from .pe.xpos import xpos_scale as _xpos_scale, xpos_zeta
 from .recall import Recall
 from .tasks import che_tasks, evaluate_mod
@@ -34,9 +33,9 @@ from .tasks import che_tasks, evaluate_mod
 # %% auto #0
 __all__ = ['EXERCISES', 'KINDS', 'Fail', 'NotAttempted', 'Exercise', 'autograded', 'written', 'known', 'get', 'solution', 'check',
            'attend', 'sinusoidal', 'rope_rotate_half', 'layout_permutation', 'xpos_scale', 'ntk_inv_freq', 'alibi_bias',
-           'is_cpd', 'cpd_counterexample', 'fire_distance', 'randomized_positions', 'shaw_value_term', 'window_bias',
-           'segment_positions', 'dape_logits', 'causal_key_conv', 'last_k_windows', 'solve_modular_arithmetic',
-           'mqar_targets']
+           'cpd_anchor_matrix', 'cpd_counterexample', 'fire_distance', 'randomized_positions', 'clip_bin_mass',
+           'band_blocks', 'segment_positions', 'dape_logits', 'causal_key_conv', 'last_k_windows',
+           'solve_modular_arithmetic', 'mqar_targets']
 
 # %% ../nbs/80_exercises.ipynb #da9d28e4
 class Fail(Exception):
@@ -538,49 +537,71 @@ def _gram(f: Callable[[Tensor], Tensor], n: int = 12, seed: int = 21) -> Tensor:
     return f((x[:, None] - x[None]).abs())
 
 
-_CPD_CASES = (  # (description, Gram matrix, is it CPD?)
-    ("the triangle kernel −|x − y| (ALiBi), CPD but not PSD", lambda: _gram(lambda d: -d), True),
-    ("the log kernel −log(1 + |x − y|), CPD but not PSD", lambda: _gram(lambda d: -torch.log1p(d)), True),
-    ("the power kernel −|x − y|^1.5", lambda: _gram(lambda d: -d ** 1.5), True),
-    ("the Gaussian kernel exp(−|x − y|²/50), which is PD", lambda: _gram(lambda d: torch.exp(-d ** 2 / 50)), True),
-    ("the constant matrix −3·11ᵀ (cᵀKc = 0 for every sum-zero c)", lambda: torch.full((5, 5), -3.0, dtype=torch.float64), True),
-    ("the power kernel −|x − y|^3 (exponent above 2)", lambda: _gram(lambda d: -d ** 3), False),
-    ("the wrong-sign triangle kernel +|x − y|", lambda: _gram(lambda d: d), False),
-)
-
-
-def _ch21_cases(fn):
-    "CPD means cᵀKc ≥ 0 for every c with Σc = 0 — not for every c"
-    for desc, make, want in _CPD_CASES:
-        K = make()
-        what = f"K = {desc} on {K.shape[0]} points"
-        got = _call(fn, what, K)
-        if got is None: raise Fail(f"your function returned None for {what}; it should return True or False.")
-        if bool(got) != want:
-            hint = (" A CPD matrix may have negative eigenvalues: test cᵀKc only on vectors whose entries sum to zero, e.g. the "
-                    "smallest eigenvalue of P K P with P = I − 11ᵀ/n. That matrix always has the eigenvalue 0 (along 1), so "
-                    "compare with ≥ −tolerance, not > 0." if want else
-                    " Some sum-zero c gives cᵀKc < 0 here: the smallest eigenvalue of P K P is clearly negative.")
-            raise Fail(f"for {what} your function says {bool(got)}, but the answer is {want}.{hint}")
-
-
-def _ch21_edge(fn):
-    "a 1×1 matrix is CPD (there is no nonzero sum-zero vector)"
-    for K in (torch.tensor([[-5.0]], dtype=torch.float64), torch.tensor([[0.0, -1.0], [-1.0, 0.0]], dtype=torch.float64)):
-        what = f"K = {K.tolist()}"
-        got = _call(fn, what, K)
-        if got is None or not bool(got):
-            raise Fail(f"for {what} your function says {got}; it is CPD (for n = 2, c = (a, −a) gives cᵀKc = 2a² ≥ 0 here).")
-
-
-@autograded("21.1", "21_kerple", "Test conditional positive definiteness on the sum-zero subspace",
-            "is_cpd(K: Tensor[n, n]) -> bool", (_ch21_cases, _ch21_edge))
-def is_cpd(K: Tensor, tol: float = 1e-8) -> bool:
-    "True iff cᵀKc ≥ 0 for all c with Σc = 0: the smallest eigenvalue of P K P (P = I − 11ᵀ/n) is ≥ −tol·scale."
-    K = K.to(torch.float64)
+def _ch21_anchor(fn, K: Tensor, what: str) -> Tensor:
     n = K.shape[0]
-    P = torch.eye(n, dtype=torch.float64) - 1.0 / n
-    return torch.linalg.eigvalsh(P @ K @ P).min().item() >= -tol * n * (1 + K.abs().max().item())
+    return _as_tensor(_call(fn, what, K), what, (n - 1, n - 1))
+
+
+def _ch21_sym(n: int, seed: int) -> Tensor:
+    A = _randn(n, n, seed=seed)
+    return (A + A.T) / 2
+
+
+def _ch21_values(fn):
+    "M_ij = K_ij − K_in − K_jn + K_nn on random symmetric K (anchor at the last point)"
+    for n, seed in ((5, 210), (9, 211)):
+        K = _ch21_sym(n, seed)
+        what = f"a random symmetric {n}×{n} K (seed {seed})"
+        _close(_ch21_anchor(fn, K, what), cpd_anchor_matrix(K), what,
+               hint="Substitute c_n = −Σ_{i<n} c_i into cᵀKc: all four terms appear, K_ij − K_in − K_jn + K_nn, "
+                    "with the anchor at the LAST point (index n − 1) and i, j over the first n − 1 points.")
+
+
+def _ch21_symmetric(fn):
+    "M is symmetric (it is the Gram form of a quadratic form) and (n−1)×(n−1)"
+    K = _ch21_sym(7, 212)
+    what = "a random symmetric 7×7 K (seed 212)"
+    M = _ch21_anchor(fn, K, what)
+    _close(M, M.T, what + " (M against Mᵀ)", atol=1e-9,
+           hint="Subtract both K_in (row i's anchor column) and K_jn (column j's): one of them alone breaks the symmetry.")
+
+
+def _ch21_kernels(fn):
+    "the chapter's CPD kernels give a PSD M; the power kernel with p = 3 does not"
+    for desc, f, cpd in (("−log(1 + |x − y|)", lambda d: -torch.log1p(d), True), ("−|x − y| (ALiBi)", lambda d: -d, True),
+                         ("−|x − y|^1.5", lambda d: -d ** 1.5, True), ("−|x − y|^2", lambda d: -d ** 2, True),
+                         ("−|x − y|^3", lambda d: -d ** 3, False)):
+        K = _gram(f, n=10, seed=213)
+        what = f"K = {desc} on 10 random points"
+        lo = torch.linalg.eigvalsh(_ch21_anchor(fn, K, what)).min().item()
+        tol = 1e-8 * (1 + K.abs().max().item()) * 10
+        if cpd and lo < -tol:
+            raise Fail(f"for {what} (CPD) the smallest eigenvalue of your M is {lo:.4g} < 0. cᵀKc = c'ᵀMc' for every sum-zero c "
+                       "only when M keeps the + K_nn term and anchors every row and column at the same point.")
+        if not cpd and lo >= -tol:
+            raise Fail(f"for {what} (not CPD) your M has smallest eigenvalue {lo:.4g} ≥ 0; M must be PSD exactly when K is CPD.")
+
+
+def _ch21_margin(fn):
+    "the sign of min eig(M) agrees with the chapter's cpd_margin (min eig of PKP) on random kernels"
+    for k, p in enumerate((0.5, 1.0, 1.8, 2.6, 3.5)):
+        for seed in (214, 215):
+            K = _gram(lambda d: -d ** p, n=8, seed=seed + 10 * k)
+            what = f"K = −|x − y|^{p} on 8 random points (seed {seed + 10 * k})"
+            lo, ref = torch.linalg.eigvalsh(_ch21_anchor(fn, K, what)).min().item(), cpd_margin(K)
+            tol = 1e-7 * (1 + K.abs().max().item())
+            if (lo >= -tol) != (ref >= -tol):
+                raise Fail(f"for {what} min eig(M) = {lo:.4g} but the chapter's cpd_margin = {ref:.4g}: the two tests must agree "
+                           "on CPD (both are ≥ 0 up to round-off exactly when cᵀKc ≥ 0 on sum-zero c).")
+
+
+@autograded("21.1", "21_kerple", "Test CPD without a projector: the anchored matrix on n − 1 points",
+            "cpd_anchor_matrix(K: Tensor[n, n]) -> Tensor[n-1, n-1]", (_ch21_values, _ch21_symmetric, _ch21_kernels, _ch21_margin))
+def cpd_anchor_matrix(K: Tensor) -> Tensor:
+    "M_ij = K_ij − K_in − K_jn + K_nn for i, j < n: cᵀKc = c'ᵀMc' when c_n = −Σ_{i<n} c_i, so K is CPD iff M is PSD."
+    K = K.to(torch.float64)
+    a, last = K[:-1, -1:], K[-1, -1]
+    return K[:-1, :-1] - a - a.T + last
 
 
 def _ch21_counter(fn):
@@ -732,115 +753,142 @@ written("23.2", "23_randomized", "How often does training see the largest positi
 written("23.3", "23_randomized", "Predict what max_len does to accuracy at 4×, then sweep it", "experiment")
 
 # %% ../nbs/80_exercises.ipynb #18f1036d
-def _ch24_inputs(seed: int, B: int = 2, H: int = 3, T: int = 9, D: int = 4, clip: int = 2):
-    "Softmax weights [B, H, T, T], a table [2k+1, D] and Shaw's index [1, T, T] for positions 5..5+T−1."
-    pos = Positions.arange(1, T, offset=5)
-    w = _randn(B, H, T, T, seed=seed).softmax(-1)
-    return w, _randn(2 * clip + 1, D, seed=seed + 1), _shaw_index(pos, pos, clip)
+def _ch24_causal(seed: int, B: int = 2, H: int = 3, T: int = 11) -> Tensor:
+    "Causal softmax weights [B, H, T, T]: rows sum to 1, zero above the diagonal."
+    s = _randn(B, H, T, T, seed=seed)
+    return s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+
+
+def _ch24_mass(fn, w: Tensor, k: int, what: str) -> Tensor:
+    return _as_tensor(_call(fn, what, w, k), what, (*w.shape[:-1], 2 * k + 1))
+
+
+def _ch24_sums(fn):
+    "each query's bins hold all its weight: rows of the result sum to 1"
+    w = _ch24_causal(240)
+    what = "random causal weights [2, 3, 11, 11], k = 2"
+    got = _ch24_mass(fn, w, 2, what)
+    _close(got.sum(-1), torch.ones(2, 3, 11, dtype=torch.float64), what + " (sum over the 2k + 1 bins)",
+           hint="Every key falls in some bin: keys farther than k go to the far bin clip(j − i, −k, k) + k = 0, not nowhere, "
+                "and weights that share a bin add (scatter_add_, not scatter_).")
+
+
+def _ch24_uniform(fn):
+    "uniform causal weights: query i > k puts (i − k + 1)/(i + 1) on the far bin 0, 1/(i + 1) on bins 1..k, 0 on bins above k"
+    T, k = 12, 3
+    w = torch.ones(T, T, dtype=torch.float64).tril()
+    w = (w / w.sum(-1, keepdim=True))[None, None]
+    what = f"uniform causal weights over T = {T} keys, k = {k}"
+    got = _ch24_mass(fn, w, k, what)[0, 0]
+    i = torch.arange(T, dtype=torch.float64)
+    want = torch.zeros(T, 2 * k + 1, dtype=torch.float64)
+    want[:, 0] = ((i - k + 1) / (i + 1)).clamp(min=0)
+    for c in range(1, k + 1): want[:, c] = (i >= k - c) / (i + 1)
+    _close(got, want, what, hint="Bin c_ij = clip(j − i, −k, k) + k: past keys (j < i) land in bins below k, the query itself in "
+                                 "bin k, and every key at distance ≥ k in bin 0 — its share grows to 1 as the context grows.")
 
 
 def _ch24_one_hot(fn):
-    "a weight of 1 on key j reads row c_ij = clip(j − i, k) + k of the table"
-    _, table, index = _ch24_inputs(0)
-    T = index.shape[-1]
-    keys = torch.tensor([(i + 4) % T for i in range(T)])                       # each query's one key, far and near
-    w = F.one_hot(keys, T).to(torch.float64)[None, None]                       # [1, 1, T, T]
-    what = "one-hot weights (query i puts all its weight on key (i + 4) mod 9), k = 2, positions 5..13"
-    out = _as_tensor(_call(fn, what, w, table, index), what, (1, 1, T, table.shape[1]))[0, 0]
-    _close(out, table[index[0, torch.arange(T), keys]], what,
-           hint="The vector of pair (i, j) is row c_ij = clip(j − i, k) + k of the table: the clipped offset of the key "
-                "from the query (j − i, not i − j), shifted to start at row 0.")
-
-
-def _ch24_grouped(fn):
-    "keys beyond the clip share one vector: only the total weight on them matters"
-    _, table, index = _ch24_inputs(1)
-    T = index.shape[-1]
-    a, b = torch.zeros(1, 1, T, T, dtype=torch.float64), torch.zeros(1, 1, T, T, dtype=torch.float64)
-    a[..., T - 1, 0] = 1.0                                                      # the last query: all on the first key
-    b[..., T - 1, [0, 6]] = 0.5                                                 # the same weight, split over keys 0 and 6
-    want = table[index[0, T - 1, 0]]                                           # both beyond the clip: one row, total weight 1
-    for w, how in ((a, "all on key 0"), (b, "split equally over keys 0 and 6")):
-        what = f"the last query's weight {how} (both beyond the clip k = 2, so both read row 0)"
-        out = _as_tensor(_call(fn, what, w, table, index), what, (1, 1, T, table.shape[1]))
-        _close(out[0, 0, T - 1], want, what,
-               hint="Pair (i, j) reads row clip(j − i, k) + k, and keys with equal clipped offsets share that row, so only "
-                    "the sum of their weights matters: scatter_add the weights into 2k + 1 bins (scatter_ keeps one key's "
-                    "weight per bin).")
+    "a weight of 1 on key j puts 1 in bin clip(j − i, −k, k) + k"
+    T, k = 10, 2
+    keys = torch.tensor([max(0, i - (i % 5)) for i in range(T)])               # distances 0..4, near and beyond the clip
+    w = F.one_hot(keys, T).to(torch.float64)[None, None]
+    what = f"one-hot weights (query i on key i − (i mod 5)), T = {T}, k = {k}"
+    got = _ch24_mass(fn, w, k, what)[0, 0]
+    want = F.one_hot((keys - torch.arange(T)).clamp(-k, k) + k, 2 * k + 1).to(torch.float64)
+    _close(got, want, what, hint="The offset is j − i (key minus query), clipped to [−k, k] and shifted by k to start at bin 0.")
 
 
 def _ch24_reference(fn):
-    "matches Σ_j α_ij w_{c_ij} for batches, heads and random weights"
-    for seed in (2, 3):
-        w, table, index = _ch24_inputs(seed)
-        what = f"random softmax weights [2, 3, 9, 9] (seed {seed}), a [5, 4] table, k = 2"
-        got = _as_tensor(_call(fn, what, w, table, index), what, (2, 3, 9, 4))
-        _close(got, _shaw_value_term(w, table, index), what)
+    "matches a loop over queries and keys on random causal weights"
+    for seed, k in ((241, 1), (242, 4), (243, 20)):
+        w = _ch24_causal(seed)
+        what = f"random causal weights [2, 3, 11, 11] (seed {seed}), k = {k}"
+        T = w.shape[-1]
+        want = torch.zeros(*w.shape[:-1], 2 * k + 1, dtype=torch.float64)
+        for i in range(T):
+            for j in range(T): want[..., i, min(max(j - i, -k), k) + k] += w[..., i, j]
+        _close(_ch24_mass(fn, w, k, what), want, what)
 
 
-@autograded("24.1", "24_learned_relative", "Shaw's value term by binning the attention weights",
-            "shaw_value_term(weights: Tensor[B, H, Tq, Tk], table: Tensor[2k+1, D], index: LongTensor[1, Tq, Tk]) -> Tensor[B, H, Tq, D]",
-            (_ch24_grouped, _ch24_one_hot, _ch24_reference))
-def shaw_value_term(weights: Tensor, table: Tensor, index: Tensor) -> Tensor:
-    "Σ_j α_ij w_{c_ij} = Σ_c (Σ_{j: c_ij = c} α_ij) w_c: the weights scatter-added into 2k + 1 bins, then one product."
-    B, H, Tq, _ = weights.shape
-    bins = weights.new_zeros(B, H, Tq, table.shape[0]).scatter_add_(-1, index[:, None].expand(B, H, -1, -1), weights)
-    return bins @ table.to(weights.dtype)
+@autograded("24.1", "24_learned_relative", "How much weight collapses into Shaw's clipped bins",
+            "clip_bin_mass(weights: Tensor[B, H, T, T], k: int) -> Tensor[B, H, T, 2k+1]",
+            (_ch24_sums, _ch24_uniform, _ch24_one_hot, _ch24_reference))
+def clip_bin_mass(weights: Tensor, k: int) -> Tensor:
+    "Σ_{j: c_ij = c} α_ij per bin c = clip(j − i, −k, k) + k: the weight each query gives each of Shaw's 2k + 1 vectors."
+    T = weights.shape[-1]
+    pos = torch.arange(T)
+    c = (pos[None] - pos[:, None]).clamp(-k, k) + k                            # [T, T], the bin of pair (i, j)
+    return weights.new_zeros(*weights.shape[:-1], 2 * k + 1).scatter_add_(-1, c.expand_as(weights), weights)
 
 
 written("24.2", "24_learned_relative", "Write Transformer-XL's position term as sinusoids of the distance, and bound it", "derive")
 written("24.3", "24_learned_relative", "Predict how Shaw's clipping distance changes growth at 8×, then train it", "experiment")
 
 # %% ../nbs/80_exercises.ipynb #278ce157
-def _ch25_bias(fn, i, j, w, what):
-    return _as_tensor(_call(fn, what, i, j, w), what, torch.broadcast_shapes(i.shape, j.shape))
+def _ch25_blocks(fn, T: int, w: int, block: int) -> Tensor:
+    what = f"T = {T}, w = {w}, block = {block}"
+    nb = -(-T // block)
+    out = _call(fn, what, T, w, block)
+    if isinstance(out, (list, tuple, set)) and (not out or isinstance(next(iter(out)), (tuple, list))):
+        grid = torch.zeros(nb, nb, dtype=torch.bool)
+        for a, b in out: grid[int(a), int(b)] = True
+        return grid
+    return _as_tensor(out, what, (nb, nb)) != 0
 
 
-def _ch25_edge(fn):
-    "distance w − 1 is inside the window, distance w is not"
-    i, j = torch.tensor([[0], [5], [6], [7]]), torch.tensor([[0]])
-    what = "query positions i = 0, 5, 6, 7 as a column, key position j = 0, w = 6"
-    got = _ch25_bias(fn, i, j, 6, what).flatten()
-    _close(got, torch.tensor([0.0, 0.0, WINDOW_NEG, WINDOW_NEG], dtype=torch.float64), what,
-           hint="A query sees w keys, itself included: distances 0 … w − 1. The penalty starts at distance w (|i − j| ≥ w).")
+def _ch25_full(fn):
+    "w ≥ T is plain causal attention: every block on or below the diagonal, none above"
+    for T, block in ((16, 4), (13, 4)):
+        nb = -(-T // block)
+        got = _ch25_blocks(fn, T, T + 5, block)
+        want = torch.ones(nb, nb, dtype=torch.bool).tril()
+        if not torch.equal(got, want):
+            raise Fail(f"for T = {T}, w = {T + 5}, block = {block} you visit {got.int().tolist()} but should visit the causal lower "
+                       f"triangle {want.int().tolist()}. The band is 0 ≤ i − j < w: a key block after the query block is never seen.")
 
 
-def _ch25_finite(fn):
-    "beyond the window the logit is −10⁴, a finite number"
-    i, j = torch.arange(12)[:, None], torch.arange(12)[None]
-    what = "i, j = 0..11, w = 3"
-    got = _ch25_bias(fn, i, j, 3, what)
-    if not torch.isfinite(got).all():
-        raise Fail(f"for {what} some entries are {got[~torch.isfinite(got)][0].item()}: use the finite −10⁴ of this chapter. "
-                   "exp(−10⁴) is already 0 in float32, and a finite value never turns s − max s into nan in a fused kernel.")
-    if not ((got == 0) | (got == WINDOW_NEG)).all():
-        raise Fail(f"for {what} the entries are {_fmt(got.unique())}; every entry should be 0 or −10⁴.")
+def _ch25_diag(fn):
+    "w = 1 is each query on itself: only the diagonal blocks"
+    for T, block in ((16, 4), (10, 3)):
+        nb = -(-T // block)
+        got = _ch25_blocks(fn, T, 1, block)
+        if not torch.equal(got, torch.eye(nb, dtype=torch.bool)):
+            raise Fail(f"for T = {T}, w = 1, block = {block} you visit {got.int().tolist()}; only the diagonal blocks hold "
+                       "pairs with 0 ≤ i − j < 1 (distance w − 1 = 0 is the last one inside the window).")
 
 
-def _ch25_both_sides(fn):
-    "the window is on |i − j|: keys after the query (as an encoder sees them) are outside it too"
-    i, j = torch.tensor([[0]]), torch.tensor([[1, 3, 10]])
-    what = "query position i = 0, key positions j = 1, 3, 10, w = 4"
-    got = _ch25_bias(fn, i, j, 4, what).flatten()
-    _close(got, torch.tensor([0.0, 0.0, WINDOW_NEG], dtype=torch.float64), what,
-           hint="The bias depends on |i − j|; causality is the mask's job, so an encoder's later keys are windowed as well.")
+def _ch25_count(fn):
+    "each query block visits at most ⌈(w − 1)/block⌉ + 1 key blocks, contiguous and ending at its own"
+    for T, w, block in ((64, 9, 8), (64, 8, 8), (60, 20, 16), (50, 5, 4)):
+        got = _ch25_blocks(fn, T, w, block)
+        cap = -(-(w - 1) // block) + 1
+        for a, row in enumerate(got):
+            idx = row.nonzero().flatten().tolist()
+            lo = max(0, a - cap + 1)
+            if idx != list(range(lo, a + 1)):
+                raise Fail(f"for T = {T}, w = {w}, block = {block}, query block {a} visits key blocks {idx}; it should visit "
+                           f"{list(range(lo, a + 1))}: queries aB..aB+B−1 see keys from aB − (w − 1) to aB + B − 1, which "
+                           f"reach back ⌈(w − 1)/B⌉ = {cap - 1} blocks and forward to the diagonal only.")
 
 
 def _ch25_reference(fn):
-    "matches the chapter's window_bias on positions that do not start at 0"
-    for T, w, off in ((20, 5, 7), (9, 1, 0), (16, 16, 3)):
-        pos = Positions.arange(1, T, offset=off)
-        i, j = pos.token[0][:, None], pos.token[0][None]
-        what = f"positions {off}..{off + T - 1} as i (column) and j (row), w = {w}"
-        _close(_ch25_bias(fn, i, j, w, what), _window_bias(pos, pos, w)[0], what)
+    "matches the blocks in which the dense band mask has any True"
+    for T, w, block in ((37, 6, 5), (45, 18, 8), (32, 17, 8), (9, 4, 16), (40, 40, 7)):
+        what = f"T = {T}, w = {w}, block = {block}"
+        _close(_ch25_blocks(fn, T, w, block).double(), band_blocks(T, w, block).double(), what)
 
 
-@autograded("25.1", "25_window", "The window as a bias: 0 within distance w, −10⁴ beyond",
-            "window_bias(i: Tensor, j: Tensor, w: int) -> Tensor (i and j broadcast)",
-            (_ch25_edge, _ch25_finite, _ch25_both_sides, _ch25_reference))
-def window_bias(i: Tensor, j: Tensor, w: int) -> Tensor:
-    "0 where |i − j| < w, −10⁴ elsewhere: keys beyond the window get a logit whose exponential is 0."
-    return ((i - j).abs() >= w).to(torch.float64) * WINDOW_NEG
+@autograded("25.1", "25_window", "The blocks a band kernel must visit, and the ones it skips",
+            "band_blocks(T: int, w: int, block: int) -> BoolTensor[nb, nb]   # nb = ⌈T/block⌉, [query block, key block]",
+            (_ch25_full, _ch25_diag, _ch25_count, _ch25_reference))
+def band_blocks(T: int, w: int, block: int) -> Tensor:
+    "Block (a, b) is visited iff some query i in a and key j in b have 0 ≤ i − j < w (the dense band, reduced per block)."
+    nb = -(-T // block)
+    pos = torch.arange(nb * block)
+    d = pos[:, None] - pos[None]
+    band = (d >= 0) & (d < w) & (pos[:, None] < T) & (pos[None] < T)
+    return rearrange(band, "(a p) (b q) -> a b (p q)", p=block, q=block).any(-1)
 
 
 written("25.2", "25_window", "How large must the window's penalty be in float32, bfloat16 and float16, and why not −∞?", "derive")

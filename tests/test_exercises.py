@@ -13,7 +13,6 @@ import torch.nn.functional as F
 from lengthx import exercises as E
 from lengthx.evaluate import last_k_windows
 from lengthx.pe.bias import _alibi_power_of_2
-from lengthx.pe.kerple import sum_zero_projector
 from lengthx.pe.rotary import rope_interleaved
 from lengthx.tasks import evaluate_mod
 
@@ -128,15 +127,21 @@ def alibi_naive_slopes(n_heads, length):
     return -torch.tensor(_alibi_power_of_2(n_heads), dtype=torch.float64)[:, None, None] * dist
 
 
-def cpd_psd_on_all_vectors(K):
-    "tests PSD on every vector, not only the sum-zero ones"
-    return torch.linalg.eigvalsh(K.double()).min().item() >= -1e-9
+def anchor_first_no_corner(K):
+    "anchors at the first point and forgets the + K_11 term"
+    K = K.double()
+    return K[1:, 1:] - K[1:, :1] - K[:1, 1:]
 
 
-def cpd_strict(K):
-    "projects correctly but demands a strictly positive smallest eigenvalue"
-    P = sum_zero_projector(K.shape[0])
-    return torch.linalg.eigvalsh(P @ K.double() @ P).min().item() > 0
+def anchor_submatrix(K):
+    "the leading (n−1)×(n−1) block of K, with no anchoring at all"
+    return K.double()[:-1, :-1]
+
+
+def anchor_one_side(K):
+    "subtracts only the anchor column K_in and adds K_nn: not symmetric"
+    K = K.double()
+    return K[:-1, :-1] - K[:-1, -1:] + K[-1, -1]
 
 
 def fire_no_threshold(i, j, c, L):
@@ -275,37 +280,49 @@ def mqar_every_key(seq, n_keys):
     return [seq[t + 1] if tok < n_keys and t + 1 < len(seq) else -100 for t, tok in enumerate(seq)]
 
 
-def shaw_sign_flipped(weights, table, index):
-    "The offset i − j instead of j − i: the index transposed."
-    return E.solution("24.1")(weights, table, index.transpose(-1, -2).contiguous())
+def bins_not_clipped(weights, k):
+    "keys farther than k are dropped instead of landing in the far bin"
+    T = weights.shape[-1]
+    pos = torch.arange(T)
+    d = pos[None] - pos[:, None]
+    out = weights.new_zeros(*weights.shape[:-1], 2 * k + 1)
+    keep = d.abs() <= k
+    return out.scatter_add_(-1, (d.clamp(-k, k) + k).expand_as(weights), weights * keep)
 
 
-def shaw_scatter_overwrites(weights, table, index):
-    "scatter_ instead of scatter_add_: one key's weight per bin survives."
-    B, H, Tq, _ = weights.shape
-    bins = weights.new_zeros(B, H, Tq, table.shape[0]).scatter_(-1, index[:, None].expand(B, H, -1, -1), weights)
-    return bins @ table.to(weights.dtype)
+def bins_sign_flipped(weights, k):
+    "the offset i − j instead of j − i: past keys land in the bins above k"
+    return E.solution("24.1")(weights, k).flip(-1)
 
 
-def shaw_row_per_key(weights, table, index):
-    "Row j of a table as long as the keys, instead of row c_ij: no clipping, no offset."
-    rows = table[torch.arange(weights.shape[-1]).clamp(max=table.shape[0] - 1)]
-    return weights @ rows.to(weights.dtype)
+def bins_overwrite(weights, k):
+    "scatter_ instead of scatter_add_: one key's weight per bin survives"
+    T = weights.shape[-1]
+    pos = torch.arange(T)
+    c = (pos[None] - pos[:, None]).clamp(-k, k) + k
+    return weights.new_zeros(*weights.shape[:-1], 2 * k + 1).scatter_(-1, c.expand_as(weights), weights)
 
 
-def window_off_by_one(i, j, w):
-    "|i − j| > w: a window of w + 1 keys."
-    return ((i - j).abs() > w).double() * -1.0e4
+def band_not_causal(T, w, block):
+    "|i − j| < w: the band forgets causality and visits key blocks after the query block"
+    nb = -(-T // block)
+    pos = torch.arange(nb * block)
+    d = pos[:, None] - pos[None]
+    band = (d.abs() < w) & (pos[:, None] < T) & (pos[None] < T)
+    return band.reshape(nb, block, nb, block).any(3).any(1)
 
 
-def window_minus_inf(i, j, w):
-    "−∞ beyond the window."
-    return ((i - j).abs() >= w).double() * float("-inf")
+def band_off_by_one(T, w, block):
+    "0 ≤ i − j ≤ w: a window of w + 1 keys"
+    return E.solution("25.1")(T, w + 1, block)
 
 
-def window_one_sided(i, j, w):
-    "i − j ≥ w only: an encoder's later keys are left unwindowed."
-    return ((i - j) >= w).double() * -1.0e4
+def band_block_distance(T, w, block):
+    "key block b is visited when a − b < w/block (block distance, not token distance)"
+    nb = -(-T // block)
+    a = torch.arange(nb)
+    d = a[:, None] - a[None]
+    return (d >= 0) & (d * block < w)
 
 
 WRONG = {
@@ -316,12 +333,12 @@ WRONG = {
     "11.1": [xpos_i_not_2i, xpos_key_factor],
     "12.1": [ntk_exponent_one, ntk_is_pi],
     "20.1": [alibi_wrong_sign, alibi_naive_slopes],
-    "21.1": [cpd_psd_on_all_vectors, cpd_strict],
+    "21.1": [anchor_first_no_corner, anchor_submatrix, anchor_one_side],
     "21.2": [counter_not_sum_zero, counter_two_points],
     "22.1": [fire_no_threshold, fire_no_plus_one],
     "23.1": [random_with_replacement, random_offset, random_unsorted, random_global_rng],
-    "24.1": [shaw_sign_flipped, shaw_scatter_overwrites, shaw_row_per_key],
-    "25.1": [window_off_by_one, window_minus_inf, window_one_sided],
+    "24.1": [bins_not_clipped, bins_sign_flipped, bins_overwrite],
+    "25.1": [band_not_causal, band_off_by_one, band_block_distance],
     "30.1": [segments_inclusive, segments_intra_off_by_one],
     "40.1": [dape_no_residual, dape_swapped, dape_per_head, dape_over_keys],
     "41.1": [conv_no_tril, conv_tril_after, conv_along_queries],
@@ -331,11 +348,11 @@ WRONG = {
 }
 # the words the failure message must contain: the grader names the mistake, not only "wrong"
 EXPECT = {
-    "rope_interleaved": "interleaved", "rope_half_wrong_sign": "−m·θ", "cpd_psd_on_all_vectors": "sum-zero",
-    "cpd_strict": "not > 0", "segments_inclusive": "exclusive", "dape_no_residual": "residual", "dape_swapped": "[B; S]",
+    "rope_interleaved": "interleaved", "rope_half_wrong_sign": "−m·θ", "anchor_first_no_corner": "K_nn", "anchor_one_side": "four terms",
+    "segments_inclusive": "exclusive", "dape_no_residual": "residual", "dape_swapped": "[B; S]",
     "conv_no_tril": "tril", "conv_tril_after": "tril", "windows_overrun": "L + 1", "alibi_wrong_sign": "penalty",
-    "ntk_exponent_one": "d/(d−2)", "sinusoidal_concat": "Interleave", "random_offset": "uniform", "counter_not_sum_zero": "sum-zero", "perm_identity": "2i + 1", "shaw_sign_flipped": "j − i", "shaw_scatter_overwrites": "scatter_add",
-    "window_off_by_one": "|i − j| ≥ w", "window_minus_inf": "finite", "window_one_sided": "|i − j|",
+    "ntk_exponent_one": "d/(d−2)", "sinusoidal_concat": "Interleave", "random_offset": "uniform", "counter_not_sum_zero": "sum-zero", "perm_identity": "2i + 1", "bins_not_clipped": "far bin", "bins_sign_flipped": "j − i",
+    "band_not_causal": "never seen", "band_off_by_one": "w − 1",
 }
 
 

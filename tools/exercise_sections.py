@@ -105,18 +105,18 @@ def alibi_bias(n_heads, length):
 
 passed = check("20.1", alibi_bias)""")
 
-EX["21_kerple"] = ("""**Exercise 21.1** (implement, ★, autograded). Write `is_cpd(K)` that decides whether a symmetric matrix is conditionally positive definite: $c^\\top K c \\ge 0$ for every $c$ with $\\sum_i c_i = 0$. The grader tries kernels that are CPD but not PSD (the triangle and log kernels), PD ones, a constant matrix, the power kernel with exponent 3, and a bias with the wrong sign — testing PSD on *all* vectors, or demanding a strictly positive projected eigenvalue, fails it.
+EX["21_kerple"] = ("""**Exercise 21.1** (implement, ★, autograded). Write `cpd_anchor_matrix(K)`, the $(n-1)\\times(n-1)$ matrix $M_{ij} = K_{ij} - K_{in} - K_{jn} + K_{nn}$ for $i, j < n$, anchored at the last point. For $c$ with $\\sum_i c_i = 0$ write $c_n = -\\sum_{i<n} c_i$ and show $c^\\top K c = c'^\\top M c'$ with $c' = (c_1, \\ldots, c_{n-1})$, a free vector: so $K$ is CPD exactly when $M$ is PSD. This is a second proof of CPD beside `cpd_margin` — an ordinary PSD test on $n - 1$ points, with no projector. The grader checks the values on random symmetric matrices, that $M$ is symmetric, that $M$ is PSD for this chapter's log, triangle and power ($p \\le 2$) kernels and not for $p = 3$, and that the sign of its smallest eigenvalue agrees with `cpd_margin`.
 
-**Exercise 21.2** (derive, ★★, autograded). Find three points $x_1, x_2, x_3$ and a sum-zero $c$ with $c^\\top K c < 0$ for $K_{ij} = -|x_i - x_j|^p$ and any $p > 2$ — so KERPLE's power kernel must keep its exponent in $(0, 2]$. Compute $c^\\top K c$ as a function of $p$ and check that it is exactly 0 at $p = 2$. Return your `(x, c)` from `cpd_counterexample(p)` for `check("21.2", ...)`, and confirm with your `is_cpd`.
+**Exercise 21.2** (derive, ★★, autograded). Find three points $x_1, x_2, x_3$ and a sum-zero $c$ with $c^\\top K c < 0$ for $K_{ij} = -|x_i - x_j|^p$ and any $p > 2$ — so KERPLE's power kernel must keep its exponent in $(0, 2]$. Compute $c^\\top K c$ as a function of $p$ and check that it is exactly 0 at $p = 2$. Return your `(x, c)` from `cpd_counterexample(p)` for `check("21.2", ...)`, and confirm with your `cpd_anchor_matrix`.
 
 **Exercise 21.3** (experiment, ★★★). *Predict first:* starting from its initialization, where will the learned exponent $r_2$ of `kerple_power` settle after training — near 1 (ALiBi), below, or above? Train it with this chapter's QUICK setup, read each head's $r_1, r_2$ from the trained PE, and relate the heads' kernels to their perplexity at 4× the training length. Research extension: does the log kernel win because of its shape, or because of its initialization?""",
 """from lengthx.exercises import check
 
-def is_cpd(K):
-    "Exercise 21.1: True iff cᵀKc ≥ 0 for every c whose entries sum to zero — replace this stub."
+def cpd_anchor_matrix(K):
+    "Exercise 21.1: M_ij = K_ij − K_in − K_jn + K_nn for i, j < n (anchor at the last point) — replace this stub."
     raise NotImplementedError
 
-passed = check("21.1", is_cpd)
+passed = check("21.1", cpd_anchor_matrix)
 
 def cpd_counterexample(p):
     "Exercise 21.2: points x and sum-zero weights c with cᵀKc < 0 for K = −|x_i − x_j|^p — replace this stub."
@@ -150,31 +150,31 @@ def randomized_positions(length, max_len, generator):
 
 passed = check("23.1", randomized_positions)""")
 
-EX["24_learned_relative"] = ("""**Exercise 24.1** (implement, ★★, autograded). Write `shaw_value_term(weights, table, index)`: Shaw's value term $\\sum_j \\alpha_{ij} w^V_{c_{ij}}$ for attention weights of shape `[B, H, Tq, Tk]`, a table `[2k+1, D]` and the index $c_{ij} = \\operatorname{clip}(j-i, k) + k$ of shape `[1, Tq, Tk]`, without building the `[Tq, Tk, D]` tensor of vectors. The grader checks that keys beyond the clip share one vector (only their total weight matters), that a one-hot weight reads the right row, and the values for batches and heads.
+EX["24_learned_relative"] = ("""**Exercise 24.1** (implement, ★★, autograded). Write `clip_bin_mass(weights, k)`: for causal attention weights of shape `[B, H, T, T]` (rows sum to 1, zero above the diagonal, query and key positions $0, \\ldots, T-1$) return the total weight each query puts on each of Shaw's $2k+1$ bins $c_{ij} = \\operatorname{clip}(j-i, -k, k) + k$, shape `[B, H, T, 2k+1]`. Bin 0 is the one vector every key farther than $k$ shares: derive its mass for uniform weights at query $i \\ge k$, $(i - k + 1)/(i + 1)$, and read what it says about a long context under clipping. The grader checks that the bins of a query sum to 1, the uniform-row formula, one-hot weights, and a loop over all pairs.
 
 **Exercise 24.2** (derive, ★★). Fix $W_R$ and write Transformer-XL's position term $(q_i + v)^\\top W_R R_\\delta$ as $\\sum_l A_l \\cos(\\delta\\omega_l - \\phi_l)$, with amplitudes and phases that depend on the query only. Deduce a bound on it that holds at every distance, in terms of $\\|W_R^\\top (q_i + v)\\|$. Compare with Shaw's key term $q_i^\\top w^K_{\\operatorname{clip}(j-i,k)}$: which of the two can tell distance $2T$ from $8T$, and which can tell $T/2$ from $T/2 + 1$ when $k < T/2$?
 
 **Exercise 24.3** (experiment, ★★★). *Predict first:* with a training length of 64, does Shaw's growth at 8× rise or fall as its clipping distance goes from 4 to 16 to 64 (`shaw:clip=4`, `shaw:clip=16`, `shaw:clip=64`)? Train each with this chapter's QUICK setup on two seeds, and give the spread between the seeds before you compare the clips. What does your result say about the paper's argument that clipping lets a model meet sequences longer than it trained on?""",
 """from lengthx.exercises import check
 
-def shaw_value_term(weights, table, index):
-    "Exercise 24.1: Σ_j α_ij·w_{c_ij} from the weights binned by c_ij — replace this stub."
+def clip_bin_mass(weights, k):
+    "Exercise 24.1: the weight each query puts on each bin clip(j − i, −k, k) + k, [B, H, T, 2k+1] — replace this stub."
     raise NotImplementedError
 
-passed = check("24.1", shaw_value_term)""")
+passed = check("24.1", clip_bin_mass)""")
 
-EX["25_window"] = ("""**Exercise 25.1** (implement, ★, autograded). Write `window_bias(i, j, w)` for integer query positions `i` and key positions `j` that broadcast: 0 where $|i - j| < w$ and $-10^4$ elsewhere. The grader checks the window's edge, that every entry is 0 or the finite $-10^4$, that keys after the query are windowed too, and the values on positions that do not start at 0.
+EX["25_window"] = ("""**Exercise 25.1** (implement, ★, autograded). Write `band_blocks(T, w, block)`: cut $T$ queries and $T$ keys into $n_b = \\lceil T/\\text{block} \\rceil$ blocks and return the bool tensor `[nb, nb]` that is True at (query block, key block) when the causal band $0 \\le i - j < w$ has a pair in it — the blocks a flash kernel must visit; it may skip every other one. The saving the cost section measures is these skipped blocks: show that each query block visits at most $\\lceil (w-1)/\\text{block} \\rceil + 1$ key blocks, so the work grows as $T\\,(w + \\text{block})$ instead of $T^2$. The grader checks that $w \\ge T$ gives the causal lower triangle of blocks, that $w = 1$ gives the diagonal, the count and contiguity of each row, and the blocks where the dense mask has a True.
 
 **Exercise 25.2** (derive, ★★). A row's weight on a key beyond the window is $e^{s_j - \\Lambda - m}/Z$, with $m$ the row's largest logit. If the logits of a row span at most $S$, find the smallest $\\Lambda$ for which these weights are exactly 0 in float32, bfloat16 and float16 (use each format's smallest positive subnormal). How large may $S$ grow before $10^4$ stops being enough? Then say what a fused kernel computes, via $s - \\max s$, for a row whose every logit is $-\\infty$, and why a window with $w \\ge 1$ under a causal mask never produces such a row.
 
 **Exercise 25.3** (experiment, ★★). *Predict first:* for $w = 64$, from which length $T$ on is the band (`WindowPE.attend`) faster than the dense mask, and how does the peak memory of each grow with $T$? Measure with `side_by_side(window_calls(T, w=64))` from `lengthx.bench` at $T = 256, 512, \\ldots, 8192$, and explain the crossover from the work each does: $O(T^2 d)$ for the dense mask, $O(T(w + b)\\,d)$ for the band with blocks of $b$ queries.""",
 """from lengthx.exercises import check
 
-def window_bias(i, j, w):
-    "Exercise 25.1: 0 where |i − j| < w, −10⁴ elsewhere (i and j broadcast) — replace this stub."
+def band_blocks(T, w, block):
+    "Exercise 25.1: bool [nb, nb], True where the causal band 0 ≤ i − j < w touches (query block, key block) — replace this stub."
     raise NotImplementedError
 
-passed = check("25.1", window_bias)""")
+passed = check("25.1", band_blocks)""")
 
 EX["30_bipe"] = ("""**Exercise 30.1** (implement, ★, autograded). Write `segment_positions(ids, sep_ids)` returning `(intra, inter)` for `ids` of shape `[B, T]`, with this chapter's convention: a separator belongs to the segment it closes, so $n(t)$ counts separators strictly before $t$, and the token after a separator has intra position 0. The grader checks the worked example, rows that start with a separator, runs of separators, rows with none, the prefix property, and random batches.
 
