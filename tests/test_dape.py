@@ -295,6 +295,21 @@ def test_delta_p_known_values():
         delta_p(m, tokens[:50], [64], train_len=32)
 
 
+def test_delta_p_anchor_scores_the_same_targets_at_every_length():
+    "With an anchor, every length scores the same last train_len targets: the Bigram's per-token perplexity is equal at every L (without it, windows move)."
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 256, (3000,))
+    anchored = delta_p(Bigram(), tokens, [32, 64, 200], train_len=32, n_windows=5, anchor=200)
+    assert len({r["full"] for r in anchored.values()}) == 1          # a context-free model: same targets, same perplexity
+    free = delta_p(Bigram(), tokens, [32, 64, 200], train_len=32, n_windows=5)
+    assert len({r["full"] for r in free.values()}) > 1                # unanchored windows score other bytes per length
+    m = GPT(GPTConfig(n_layer=1, n_head=2, d_model=16, pe="alibi", max_len=32)).eval()
+    r = delta_p(m, tokens, [32, 96], train_len=32, n_windows=3, anchor=96)
+    assert r[32]["local"] == r[96]["local"] and r[32]["full"] == r[32]["local"]
+    with pytest.raises(ValueError, match="anchor"):
+        delta_p(m, tokens, [128], train_len=32, anchor=96)
+
+
 # ---- Proposition 3 ----------------------------------------------------------------------------------------------
 
 def test_proposition3_one_layer_cdape_recall_without_pe():

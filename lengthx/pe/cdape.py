@@ -146,8 +146,8 @@ def _cdape(ctx: PEContext, inner: PE, k: int = 3, width: int = 32, variant: str 
 # %% ../../nbs/41_cdape.ipynb #b37bfc1e
 @torch.no_grad()
 def delta_p(model: Callable, tokens: Tensor, lengths: Iterable[int], train_len: int, *, n_windows: int = 8,
-            batch_size: int = 4) -> dict[int, dict[str, float]]:
-    "ΔP_L = P(M(x[−T_train:]), T_train) − P(M(x), T_train) per evaluation length L (DAPE v2, app. B), on evenly spaced windows."
+            batch_size: int = 4, anchor: Optional[int] = None) -> dict[int, dict[str, float]]:
+    "ΔP_L = P(M(x[−T_train:]), T_train) − P(M(x), T_train) per evaluation length L (DAPE v2, app. B), on evenly spaced windows; with `anchor`, every L scores the same targets."
     try: dev = next(iter(model.parameters())).device
     except (AttributeError, StopIteration): dev = torch.device("cpu")
     was = getattr(model, "training", False)
@@ -157,10 +157,12 @@ def delta_p(model: Callable, tokens: Tensor, lengths: Iterable[int], train_len: 
         for L in lengths:
             L = int(L)
             if L < train_len: raise ValueError(f"evaluation length {L} is shorter than train_len {train_len}")
-            span = len(tokens) - L - 1
-            if span < 0: raise ValueError(f"need more than {L + 1} tokens for length {L}, have {len(tokens)}")
+            if anchor is not None and L > anchor: raise ValueError(f"evaluation length {L} is longer than the anchor {anchor}")
+            A = L if anchor is None else int(anchor)   # windows are placed for length A, then cut to their last L tokens
+            span = len(tokens) - A - 1
+            if span < 0: raise ValueError(f"need more than {A + 1} tokens for length {A}, have {len(tokens)}")
             n = max(1, n_windows)   # window starts spread over 0..span in integer arithmetic (float32 rounds past 2**24)
-            starts = torch.tensor(sorted({round(j * span / (n - 1)) if n > 1 else 0 for j in range(n)}))
+            starts = torch.tensor(sorted({round(j * span / (n - 1)) + A - L if n > 1 else A - L for j in range(n)}))
             nll_full, nll_local = [], []
             for i in range(0, len(starts), batch_size):
                 win = torch.stack([tokens[s:s + L + 1] for s in starts[i:i + batch_size].tolist()]).to(dev, torch.long)
