@@ -30,9 +30,9 @@ __all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'THROUGHPUT', 'MAX_EVAL_
            'sliding_windows', 'protocol_windows', 'window_losses', 'parse_bytes', 'format_bytes', 'available_memory',
            'memory_budget', 'fused_refine_runs', 'fused_weights_run', 'estimate_eval_memory', 'estimate_train_memory',
            'EvalPlan', 'plan_eval', 'flops_per_second', 'count_windows', 'estimate_eval_seconds', 'check_eval_time',
-           'check_tokens', 'perplexity', 'window_ppl_interval', 'position_losses', 'ppl_curve', 'eval_lengths',
-           'pe_family', 'pe_style', 'pe_styles', 'linear_ticks', 'log_ticks', 'label_log_axis', 'label_length_axis',
-           'plot_ppl', 'Protocol', 'check_protocol', 'check_lengths']
+           'check_tokens', 'perplexity', 'ratio_bootstrap', 'window_ppl_interval', 'position_losses', 'ppl_curve',
+           'eval_lengths', 'pe_family', 'pe_style', 'pe_styles', 'linear_ticks', 'log_ticks', 'label_log_axis',
+           'label_length_axis', 'plot_ppl', 'Protocol', 'check_protocol', 'check_lengths']
 
 # %% ../nbs/53_evaluate.ipynb #12c3b9d5
 PROTOCOLS = ("last_k", "nonoverlap", "sliding")
@@ -491,15 +491,19 @@ def perplexity(model: Callable, tokens: Tensor, length: int, *, protocol: str = 
     return (ppl, plan) if return_plan else ppl
 
 
+def ratio_bootstrap(num: Tensor, den: Tensor, level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    "Percentile bootstrap of exp(Σ num / Σ den) over rows (windows): resampling whole rows keeps each window's targets together."
+    if not 0 < level < 1: raise ValueError(f"interval must be a level in (0, 1), got {level}")
+    idx = torch.randint(len(num), (n_boot, len(num)), generator=torch.Generator().manual_seed(seed))
+    boots = torch.exp(num[idx].sum(1) / den[idx].sum(1))
+    lo, hi = torch.quantile(boots, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
+    return float(lo), float(hi)
+
+
 def window_ppl_interval(nll: Tensor, keep: Tensor, level: float = 0.9, n_boot: int = 2000,
                         seed: int = 0) -> tuple[float, float]:
     "Percentile bootstrap over windows of exp(Σ scored NLL / Σ scored targets): the spread the choice of windows alone gives."
-    if not 0 < level < 1: raise ValueError(f"interval must be a level in (0, 1), got {level}")
-    s, c = (nll.double() * keep).sum(1), keep.sum(1).double()
-    idx = torch.randint(len(s), (n_boot, len(s)), generator=torch.Generator().manual_seed(seed))
-    boots = torch.exp(s[idx].sum(1) / c[idx].sum(1))
-    lo, hi = torch.quantile(boots, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
-    return float(lo), float(hi)
+    return ratio_bootstrap((nll.double() * keep).sum(1), keep.sum(1).double(), level, n_boot, seed)
 
 # %% ../nbs/53_evaluate.ipynb #38b9bf1f
 def position_losses(model: Callable, tokens: Tensor, length: int, *, n_windows: int = 16,

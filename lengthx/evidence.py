@@ -14,6 +14,7 @@ from typing import Optional, Sequence, Union
 
 import torch
 
+from .evaluate import ratio_bootstrap
 from .results import CHECKSUM, device_of, load_results, result_dirs
 
 # %% auto #0
@@ -156,6 +157,7 @@ class Comparison:
     why: str
     method: str
     unit: str = "seed"       # what was paired: 'seed' (trained runs) or 'window' (scored windows of one model)
+    confidence: float = 0.95  # the interval's coverage (the seed form's t interval is always 95%)
 
     @property
     def n(self) -> int:
@@ -289,6 +291,7 @@ def _window_diffs(a, b, tokens, a_base, b_base) -> tuple:
 def compare_windows(a_nll, b_nll, tokens, a: str = "a", b: str = "b", *, a_base=None, b_base=None, length: int = 0,
                     train_len: int = 0, level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> Comparison:
     "ppl_a / ppl_b on the same scored windows (or growth_a / growth_b given bases), with a paired percentile bootstrap over windows."
+    if not 0 < level < 1: raise ValueError(f"level must be in (0, 1), got {level}")
     da, db, tok = _window_diffs(a_nll, b_nll, tokens, a_base, b_base)
     d = da - db                                                   # paired per-window difference, nats
     q = "growth ratio" if a_base is not None else "ratio"
@@ -296,13 +299,11 @@ def compare_windows(a_nll, b_nll, tokens, a: str = "a", b: str = "b", *, a_base=
     ratio = math.exp(d.sum().item() / tok.sum().item())
     vals = lambda x: {i: v for i, v in enumerate((x / tok).tolist())}
     base = dict(a=a, b=b, quantity=q, length=length, train_len=train_len, a_values=vals(da), b_values=vals(db),
-                seeds=list(range(n)), diffs=d.tolist(), mean=ratio, unit="window")
+                seeds=list(range(n)), diffs=d.tolist(), mean=ratio, unit="window", confidence=level)
     if n < 2:
         return Comparison(**base, interval=None, verdict="≈", why="one window: shown, never ranked",
                           method="no interval: fewer than two windows")
-    idx = torch.randint(n, (n_boot, n), generator=torch.Generator().manual_seed(seed))   # the same windows on both sides
-    boots = torch.exp(d[idx].sum(1) / tok[idx].sum(1))
-    lo, hi = torch.quantile(boots, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)).tolist()
+    lo, hi = ratio_bootstrap(d, tok, level, n_boot, seed)           # the same windows on both sides: paired
     verdict = "<" if hi < 1 else ">" if lo > 1 else "≈"
     why = "the interval excludes 1" if verdict != "≈" else "the interval contains 1"
     return Comparison(**base, interval=(lo, hi), verdict=verdict, why=why,
@@ -316,8 +317,7 @@ def _window_sentence(c: Comparison) -> str:
     if c.interval is None:
         return f"`{c.a}` against `{c.b}`, {what}{at}: ratio {c.mean:.3f} on one window: one window is shown, not ranked."
     word = {"<": "lower than", ">": "higher than", "≈": "not told apart from"}[c.verdict]
-    level = c.method.split("%")[0]
-    return (f"`{c.a}`'s {what}{at} is {word} `{c.b}`'s: ratio {c.mean:.3f}, {level}% paired interval "
+    return (f"`{c.a}`'s {what}{at} is {word} `{c.b}`'s: ratio {c.mean:.3f}, {100 * c.confidence:g}% paired interval "
             f"[{c.interval[0]:.3f}, {c.interval[1]:.3f}] over {c.n} windows.")
 
 # %% ../nbs/57_evidence.ipynb #807085d2

@@ -14,7 +14,9 @@ import io
 import math
 import os
 import random
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,7 +32,7 @@ from tqdm.auto import tqdm
 
 from .attention import Positions, attention, attention_at, build_pe, causal_mask, parse_spec, parts_on, pick_path
 from .bench import side_by_side, window_calls
-from .data import decode_utf8, stdlib_files
+from .data import decode_utf8, default_cache_dir, stdlib_files
 from .evaluate import flops_per_second, format_bytes, memory_budget, protocol_windows
 from .pe.rotary import RoPE
 from .pe.scaling import self_extend_relative
@@ -39,14 +41,15 @@ from .pe.scaling import self_extend_relative
 __all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'KNOWN_GGUF', 'GLOBAL_LAYERS', 'MATERIALIZED_SLOWDOWN',
            'ATTENTION_BLOCK', 'TINY_FAMILIES', 'PASSKEY_INTRO', 'PASSKEY_FILLER', 'PASSKEY_QUESTION',
            'PRETRAINED_SETTINGS', 'SMOLLM2_ATTENTION', 'PARTS_METHODS', 'SHIPPED', 'PARTS_GOALS', 'PARTS_SETTINGS',
-           'require_transformers', 'weights_location', 'check_gguf', 'load_pretrained', 'RotaryFacts', 'rotary_facts',
-           'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens', 'scored_losses', 'ForwardCost', 'lm_forward_cost',
-           'check_forward_cost', 'lm_perplexity', 'model_spec', 'rotary_pe', 'half_to_interleaved', 'rotary_layout',
-           'LayerPE', 'lengthx_attention', 'IdentityRotary', 'Extension', 'extend', 'hf_rope_parameters', 'hf_twin',
-           'tiny_hf', 'hf_agreement', 'padded_batch', 'extension_features', 'family_check', 'PasskeyPrompt',
-           'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer', 'passkey_grid', 'self_extend_reach',
-           'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid', 'finetune', 'grid_curves',
-           'attention_shaped_llama', 'extension_calls', 'controls', 'best_candidates', 'smollm2_rows', 'parts_grid']
+           'require_transformers', 'weights_location', 'check_gguf', 'gguf_checkpoint_dir', 'save_checkpoint',
+           'load_pretrained', 'RotaryFacts', 'rotary_facts', 'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens',
+           'scored_losses', 'ForwardCost', 'lm_forward_cost', 'check_forward_cost', 'lm_perplexity', 'model_spec',
+           'rotary_pe', 'half_to_interleaved', 'rotary_layout', 'LayerPE', 'lengthx_attention', 'IdentityRotary',
+           'Extension', 'extend', 'hf_rope_parameters', 'hf_twin', 'tiny_hf', 'hf_agreement', 'padded_batch',
+           'extension_features', 'family_check', 'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial',
+           'greedy_answer', 'passkey_grid', 'self_extend_reach', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row',
+           'pretrained_grid', 'finetune', 'grid_curves', 'attention_shaped_llama', 'extension_calls', 'controls',
+           'best_candidates', 'smollm2_rows', 'parts_grid']
 
 # %% ../nbs/13_pretrained.ipynb #2e54b631
 SMOLLM2 = "smollm2-135m"
@@ -120,22 +123,60 @@ def check_gguf(path: Union[str, Path]) -> None:
         raise ValueError(f"{path} is not a readable GGUF file: truncated or corrupted ({type(e).__name__}: {why})") from None
 
 
-def load_pretrained(name_or_path: str = SMOLLM2, dtype: torch.dtype = torch.float32, device="cpu"):
+def gguf_checkpoint_dir(gguf_path: Path) -> Path:
+    "Where a GGUF file's de-quantized float32 checkpoint is kept: the lengthx cache, keyed by the file's SHA-256 and the transformers version."
+    return default_cache_dir() / "gguf" / f"{_sha256(gguf_path)[:16]}-transformers-{require_transformers().__version__}"
+
+
+def save_checkpoint(model, tok, folder: Path) -> None:
+    "Write a GGUF-loaded model as a plain Hugging Face folder (config, safetensors, tokenizer); built aside and renamed, so no half folder is ever read."
+    from safetensors.torch import save_model
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    try:
+        model.config.save_pretrained(tmp)
+        model.generation_config.save_pretrained(tmp)
+        save_model(model, str(tmp / "model.safetensors"))        # shared (tied) weights written once
+        tok.save_pretrained(tmp)
+        os.replace(tmp, folder)                                  # a second writer that lost the race leaves the first's folder
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _from_folder(tf, folder: Path, dtype: torch.dtype, **kw):
+    "(tokenizer, model) read by Hugging Face from one folder."
+    return (tf.AutoTokenizer.from_pretrained(folder, local_files_only=True, **kw),
+            tf.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True, **kw))
+
+
+def load_pretrained(name_or_path: str = SMOLLM2, dtype: torch.dtype = torch.float32, device="cpu", cache: bool = True):
     "(model, tokenizer) in eval mode, from local files only: an alias, a Hugging Face checkpoint folder or a GGUF file (checked first)."
     folder, gguf = weights_location(name_or_path)
     if gguf: check_gguf(folder / gguf)
     tf = require_transformers()
-    kw = dict(local_files_only=True, **({"gguf_file": gguf} if gguf else {}))
     bars = tf.utils.logging.is_progress_bar_enabled()
     tf.utils.logging.disable_progress_bar()
     quiet = contextlib.redirect_stderr(io.StringIO()) if gguf else contextlib.nullcontext()   # GGUF de-quantizing draws its own bar
     try:
         with quiet:
-            tok = tf.AutoTokenizer.from_pretrained(folder, **kw)
-            model = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kw).to(device).eval()
+            if not gguf: tok, model = _from_folder(tf, folder, dtype)
+            else: tok, model = _load_gguf(tf, folder / gguf, dtype, cache)
     finally:
         if bars: tf.utils.logging.enable_progress_bar()
-    return model, tok
+    return model.to(device).eval(), tok
+
+
+def _load_gguf(tf, path: Path, dtype: torch.dtype, cache: bool):
+    "(tokenizer, model) of a GGUF file: from its cached de-quantized checkpoint when there is one (seconds), else de-quantized (half a minute) and cached."
+    ckpt = gguf_checkpoint_dir(path) if cache else None
+    if ckpt is not None and ckpt.is_dir():
+        try: return _from_folder(tf, ckpt, dtype)
+        except (OSError, ValueError): shutil.rmtree(ckpt, ignore_errors=True)   # a damaged cache is rebuilt, never trusted
+    tok, model = _from_folder(tf, path.parent, torch.float32, gguf_file=path.name)
+    if ckpt is not None:
+        try: save_checkpoint(model, tok, ckpt)
+        except OSError: pass                                     # a read-only cache only costs the next load its time
+    return tok, model.to(dtype)
 
 # %% ../nbs/13_pretrained.ipynb #883c152c
 @dataclass(frozen=True)

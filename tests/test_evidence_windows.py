@@ -94,3 +94,27 @@ def test_bad_token_counts_raise():
         E.compare_windows([1.0, 2.0], [1.0, 2.0], [K, K, K])
     with pytest.raises(ValueError, match="tokens"):
         E.compare_windows([1.0, 2.0], [1.0, 2.0], 0)
+
+
+def test_sentence_reads_the_level_from_a_field_not_from_the_method_text():
+    a, b = windows()
+    c = E.compare_windows(a + 0.03 * K, b, K, "p", "q", level=0.9)
+    assert c.confidence == 0.9 and "90% paired interval" in c.sentence()
+    c.method = "a method described in words"           # the level no longer hides in this string
+    assert "90% paired interval" in c.sentence()
+
+
+def test_window_bootstrap_and_ppl_interval_share_one_resampler():
+    from lengthx.evaluate import ratio_bootstrap, window_ppl_interval
+    g = torch.Generator().manual_seed(1)
+    nll, keep = 2 + torch.rand(30, K, generator=g), (torch.rand(30, K, generator=g) > 0.3).double()
+    assert window_ppl_interval(nll, keep, 0.9, 500, 3) == ratio_bootstrap((nll.double() * keep).sum(1), keep.sum(1), 0.9, 500, 3)
+    lo, hi = ratio_bootstrap((nll.double() * keep).sum(1), keep.sum(1), 0.9, 500, 3)
+    point = math.exp((nll.double() * keep).sum().item() / keep.sum().item())
+    assert lo < point < hi
+
+
+@pytest.mark.parametrize("level", [0.0, 1.0, 95])
+def test_bad_level_raises_before_any_work(level):
+    with pytest.raises(ValueError, match="level"):
+        E.compare_windows([1.0], [2.0], K, level=level)
