@@ -29,10 +29,11 @@ __all__ = ['PATHS', 'CHUNK_AUTO_LEN', 'CHUNK_INFER_LEN', 'CHUNK_TRAIN_LEN', 'MAX
 # %% ../nbs/01_attention.ipynb #8cada530
 @dataclass
 class Positions:
-    "Positions of a batch of tokens: absolute `token` positions and optional BiPE `segment`/`intra` indices, each [B, T]."
+    "Positions of a batch of tokens: absolute `token` positions and optional BiPE `segment`/`intra` indices, each [B, T]; a layer's cumulative `gate` [B, T, H] (FoX)."
     token: Tensor
     segment: Optional[Tensor] = None
     intra: Optional[Tensor] = None
+    gate: Optional[Tensor] = None
 
     @classmethod
     def arange(cls, batch: int, length: int, device=None, offset: int = 0) -> "Positions":
@@ -46,11 +47,11 @@ class Positions:
     def __getitem__(self, idx) -> "Positions":
         "Slice along the sequence axis (a `slice` or index tensor), keeping every field aligned."
         pick = lambda t: None if t is None else t[:, idx]
-        return Positions(pick(self.token), pick(self.segment), pick(self.intra))
+        return Positions(pick(self.token), pick(self.segment), pick(self.intra), pick(self.gate))
 
     def to(self, device) -> "Positions":
         mv = lambda t: None if t is None else t.to(device)
-        return Positions(mv(self.token), mv(self.segment), mv(self.intra))
+        return Positions(mv(self.token), mv(self.segment), mv(self.intra), mv(self.gate))
 
 # %% ../nbs/01_attention.ipynb #1b81be66
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def _overrides(obj, name: str) -> bool:
 
 
 class PE(nn.Module):
-    "Base positional encoding: NoPE. Subclasses override some of `embed`, `rotate`, `bias`, `refine`, `logits`, `value`."
+    "Base positional encoding: NoPE. Subclasses override some of `embed`, `rotate`, `bias`, `refine`, `logits`, `value`, `gate`, `normalize`."
     spec: str = "nope"
 
     def __init__(self, ctx: PEContext):
@@ -107,6 +108,15 @@ class PE(nn.Module):
         "A positional term [B, H, Tq, Dh] added to the output weights @ v, from the attention weights [B, H, Tq, Tk] (None: no term)."
         return None
 
+    def gate(self, x: Tensor, pos: Positions, layer: int = 0) -> Positions:
+        "Positions for one layer read from its input x [B, T, D]: `pos` with a cumulative gate [B, T, H] that the bias reads (unchanged for NoPE)."
+        return pos
+
+    def normalize(self, scores: Tensor, mask: Optional[Tensor], layer: int = 0) -> Tensor:
+        "Attention weights [B, H, Tq, Tk] from the final logits; `mask` [Tq, Tk] is True where a key is visible (the softmax for NoPE)."
+        if mask is not None: scores = scores.masked_fill(~mask, float("-inf"))
+        return scores.float().softmax(-1)
+
     def score_mod(self, pos: Positions, layer: int = 0) -> Optional[Callable]:
         "A FlexAttention score_mod adding this PE's bias; the default indexes the materialized bias."
         b = self.bias(pos, pos, layer)
@@ -139,6 +149,10 @@ class PE(nn.Module):
     @property
     def uses_attend(self) -> bool: return _overrides(self, "attend")
     @property
+    def uses_gate(self) -> bool: return _overrides(self, "gate")
+    @property
+    def uses_normalize(self) -> bool: return _overrides(self, "normalize")
+    @property
     def bias_per_layer(self) -> bool:
         "True when the bias differs between layers (then it is recomputed per layer)."
         return False
@@ -166,10 +180,12 @@ class WrappedPE(PE):
     def refine(self, scores, bias, mask, layer=0): return self.inner.refine(scores, bias, mask, layer)
     def logits(self, q, k, pos_q, pos_k, scale, layer=0): return self.inner.logits(q, k, pos_q, pos_k, scale, layer)
     def value(self, weights, v, pos_q, pos_k, layer=0): return self.inner.value(weights, v, pos_q, pos_k, layer)
+    def gate(self, x, pos, layer=0): return self.inner.gate(x, pos, layer)
+    def normalize(self, scores, mask, layer=0): return self.inner.normalize(scores, mask, layer)
     def score_mod(self, pos, layer=0):
         return self.inner.score_mod(pos, layer) if not _overrides(self, "bias") else PE.score_mod(self, pos, layer)
     def fused_weights(self, q, k, scale, bias, mask, layer=0):   # the inner PE's shortcut holds only if every step it replaces is the inner's
-        if any(getattr(type(self), n) is not getattr(WrappedPE, n) or n in vars(self) for n in ("bias", "refine", "logits")): return None
+        if any(getattr(type(self), n) is not getattr(WrappedPE, n) or n in vars(self) for n in ("bias", "refine", "logits", "normalize")): return None
         return self.inner.fused_weights(q, k, scale, bias, mask, layer)
     def attend(self, q, k, v, pos_q, pos_k, scale, causal, layer=0):   # likewise: the inner's parts hold only if the wrapper changes no step after rotate
         if not self.uses_attend: return None
@@ -191,10 +207,14 @@ class WrappedPE(PE):
     @property
     def uses_value(self): return self._uses("value")
     @property
+    def uses_gate(self): return self._uses("gate")
+    @property
+    def uses_normalize(self): return self._uses("normalize")
+    @property
     def uses_attend(self):
         "A wrapper's own attend, or the inner's when the wrapper changes no step that attend replaces."
         if getattr(type(self), "attend") is not WrappedPE.attend: return True
-        own = any(getattr(type(self), n) is not getattr(WrappedPE, n) or n in vars(self) for n in ("bias", "refine", "logits", "value"))
+        own = any(getattr(type(self), n) is not getattr(WrappedPE, n) or n in vars(self) for n in ("bias", "refine", "logits", "value", "normalize"))
         return not own and self.inner.uses_attend
     @property
     def bias_per_layer(self): return self.inner.bias_per_layer
@@ -240,7 +260,7 @@ def pick_path(pe: PE, length: int, device: torch.device, need_weights: bool = Fa
     if need_weights: return "naive"
     if pe.uses_refine: return "chunked" if length > (CHUNK_TRAIN_LEN if torch.is_grad_enabled() else CHUNK_INFER_LEN) else "naive"
     if _PARTS["on"] and pe.uses_attend and not torch.is_grad_enabled() and not pe.uses_bias: return "chunked"   # its parts: no T×T tensor at any length
-    if pe.uses_logits or pe.uses_value: return "chunked" if length > CHUNK_AUTO_LEN else "naive"
+    if pe.uses_logits or pe.uses_value or pe.uses_normalize: return "chunked" if length > CHUNK_AUTO_LEN else "naive"
     if pe.uses_bias and device.type == "cuda": return "flex"
     if pe.uses_bias and length > CHUNK_AUTO_LEN and not pe.relative_bias:
         return "chunked"   # CPU: sdpa would materialize a [B, H, T, T] mask (a relative bias is a view of 2T−1 numbers)
@@ -297,8 +317,10 @@ def _naive(q, k, v, pe, pos_q, pos_k, mask, layer, bias, scale):
         s = pe.logits(q, k, pos_q, pos_k, scale, layer)
         if bias is not None: s = s + bias.to(s.dtype)
         if pe.uses_refine: s = pe.refine(s, bias, mask, layer)
-        if mask is not None: s = s.masked_fill(~mask, float("-inf"))
-        w = s.float().softmax(-1)
+        if pe.uses_normalize: w = pe.normalize(s, mask, layer)   # stick-breaking, a sink column (chapter 44)
+        else:
+            if mask is not None: s = s.masked_fill(~mask, float("-inf"))
+            w = s.float().softmax(-1)
     w = w.to(v.dtype)
     out = w @ v
     if pe.uses_value: out = out + pe.value(w, v, pos_q, pos_k, layer).to(out.dtype)   # Shaw's Σ_j w_ij a^V_ij (chapter 24)
@@ -346,6 +368,8 @@ def _sdpa(q, k, v, pe, pos, causal, layer, bias, scale, mask=None, block=256):
         raise ValueError(f"path 'sdpa' cannot run {pe.spec!r} (it refines logits or changes the dot product); use 'naive' or 'chunked'")
     if pe.uses_value:
         raise ValueError(f"path 'sdpa' cannot run {pe.spec!r} (it adds a term read from the attention weights, which sdpa never materializes); use 'naive' or 'chunked'")
+    if pe.uses_normalize:
+        raise ValueError(f"path 'sdpa' cannot run {pe.spec!r} (its weights are not a softmax of the logits, and sdpa computes only a softmax); use 'naive' or 'chunked'")
     out = _attend(q, k, v, pe, pos, causal, layer, scale)   # a prepared mask is the PE's own bias: its parts recompute what they read
     if out is not None: return out
     if mask is None: mask = additive_mask(pe, pos, causal=causal, dtype=q.dtype, layer=layer, bias=bias, reversed_keys=True)
@@ -370,6 +394,8 @@ def _flex(q, k, v, pe, pos, causal, layer, scale):
         raise ValueError(f"path 'flex' cannot run {pe.spec!r} (it refines logits or changes the dot product); use 'naive' or 'chunked'")
     if pe.uses_value:
         raise ValueError(f"path 'flex' cannot run {pe.spec!r} (it adds a term read from the attention weights, which flex never materializes); use 'naive' or 'chunked'")
+    if pe.uses_normalize:
+        raise ValueError(f"path 'flex' cannot run {pe.spec!r} (its weights are not a softmax of the logits, and flex computes only a softmax); use 'naive' or 'chunked'")
     mod = pe.score_mod(pos, layer) if pe.uses_bias else None
     neg = torch.tensor(float("-inf"), device=q.device, dtype=q.dtype)
     def score_mod(s, b, h, qi, ki):
@@ -401,7 +427,7 @@ class ToeplitzBlock:
 
 def _fused_weights(q, k, pe, mask, layer, bias, scale) -> Optional[Tensor]:
     "The PE's one-kernel attention weights where it may take them (a refining PE, the plain dot product, nothing to differentiate); else None."
-    if not pe.uses_refine or pe.uses_logits or _needs_grad(pe, q, k, *([bias] if isinstance(bias, Tensor) else [])): return None
+    if not pe.uses_refine or pe.uses_logits or pe.uses_normalize or _needs_grad(pe, q, k, *([bias] if isinstance(bias, Tensor) else [])): return None
     return pe.fused_weights(q, k, scale, bias, mask, layer)
 
 
@@ -413,7 +439,7 @@ def _block_out(q, k, v, pe, pos_q, pos_k, mask, layer, scale, row=None, start=0)
 
 def _attend(q, k, v, pe, pos, causal, layer, scale) -> Optional[Tensor]:
     "The PE's own output in parts (`PE.attend`) where it offers one and nothing is differentiated; else None."
-    if not _PARTS["on"] or not pe.uses_attend or _needs_grad(pe, q, k, v): return None
+    if not _PARTS["on"] or not pe.uses_attend or pe.uses_normalize or _needs_grad(pe, q, k, v): return None
     return pe.attend(q, k, v, pos, pos, scale, causal, layer)
 
 
@@ -442,7 +468,7 @@ def _chunked(q, k, v, pe, pos, causal, layer, scale, block):
 
 
 # %% ../nbs/01_attention.ipynb #d6ed26b3
-_ATTN_HOOKS = ("rotate", "bias", "refine", "logits", "value", "attend")
+_ATTN_HOOKS = ("rotate", "bias", "refine", "logits", "value", "attend", "gate", "normalize")
 
 def check_attention_inputs(q: Tensor, k: Tensor, v: Tensor, pe: PE, pos: Positions) -> None:
     "One-line ValueError for q/k/v/pos/PE shapes that disagree; shape comparisons only, so it costs nothing. K/V length must equal Q's: a KV cache goes through `attention_at`."
@@ -596,10 +622,10 @@ def attention_at(q: Tensor, k: Tensor, v: Tensor, pe: PE, pos_q: Positions, pos_
     if Tq > Tk: raise ValueError(f"attention_at needs at most as many queries as keys, got {Tq} queries and {Tk} keys")
     if pe.uses_rotate: q, k = pe.rotate(q, q, pos_q)[0], pe.rotate(k, k, pos_k)[1]
     scale = 1.0 / math.sqrt(q.shape[-1])
-    if _PARTS["on"] and pe.uses_attend and not _needs_grad(pe, q, k, v):
+    if _PARTS["on"] and pe.uses_attend and not pe.uses_normalize and not _needs_grad(pe, q, k, v):
         out = pe.attend(q, k, v, pos_q, pos_k, scale, True, layer)
         if out is not None: return out
-    plain = not (pe.uses_bias or pe.uses_logits or pe.uses_refine or pe.uses_value)
+    plain = not (pe.uses_bias or pe.uses_logits or pe.uses_refine or pe.uses_value or pe.uses_normalize)
     if plain and _PARTS["on"] and not _needs_grad(pe, q, k, v): return band_attend(q, k, v, scale, 0, None, Tk - Tq, block)[0]
     outs = []
     for s in range(0, Tq, block):
@@ -897,11 +923,12 @@ def check_paths_agree(spec: str, *, n_heads: int = 4, head_dim: int = 8, length:
     ids = torch.randint(0, 256, (batch, length))
     if pe.ctx.sep_ids: ids[:, ::5] = pe.ctx.sep_ids[0]   # separators, so bilevel PEs see several segments
     pos = pe.make_positions(ids)
+    if pe.uses_gate: pos = pe.gate(torch.randn(batch, length, pe.ctx.d_model), pos)   # a gated PE reads its layer's input
     with torch.no_grad():
         ref = attention(q, k, v, pe, pos, path="naive")
         diffs = {}
         for p in ("sdpa", "flex", "chunked"):
-            if p in ("sdpa", "flex") and (pe.uses_refine or pe.uses_logits or pe.uses_value): continue
+            if p in ("sdpa", "flex") and (pe.uses_refine or pe.uses_logits or pe.uses_value or pe.uses_normalize): continue
             diffs[p] = (attention(q, k, v, pe, pos, path=p, block=max(1, length // 3)) - ref).abs().max().item()
     bad = {p: d for p, d in diffs.items() if not d <= atol}
     if bad: raise AssertionError(f"{spec}: paths disagree with naive: {bad}")
@@ -925,6 +952,7 @@ def check_spec(spec: str, *, n_heads: int = 4, head_dim: int = 16, d_model: Opti
             ids = torch.randint(0, 256, (1, T))
             pos = pe.make_positions(ids)
             x = pe.embed(torch.randn(1, T, d_model or n_heads * head_dim), pos)
+            if pe.uses_gate: pos = pe.gate(x, pos)
             q, k, v = (torch.randn(1, n_heads, T, head_dim) for _ in range(3))
             y = attention(q, k, v, pe, pos, causal=causal, path="naive")
     except ValueError as e:

@@ -6,17 +6,19 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from dataclasses import replace
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from einops import rearrange
+from torch import Tensor, nn
 
-from ..attention import causal_mask
+from ..attention import PE, PEContext, Positions, WrappedPE, causal_mask, register_pe
 
 # %% auto #0
-__all__ = ['forget_gate', 'fox_bias', 'fox_attention', 'stick_breaking_weights', 'stick_breaking_attention', 'householder',
-           'path_logits']
+__all__ = ['forget_gate', 'fox_bias', 'fox_attention', 'FoX', 'stick_breaking_weights', 'stick_breaking_attention',
+           'stick_breaking_normalize', 'StickBreaking', 'SinkPE', 'householder', 'path_logits']
 
 # %% ../../nbs/44_successors.ipynb #05d2b2ba
 def forget_gate(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
@@ -36,6 +38,50 @@ def fox_attention(q: Tensor, k: Tensor, v: Tensor, log_f: Tensor) -> Tensor:
     T = q.shape[-2]
     return s.masked_fill(~causal_mask(T, T, q.device), float("-inf")).softmax(-1) @ v
 
+# %% ../../nbs/44_successors.ipynb #9f519e01
+class FoX(WrappedPE):
+    "The Forgetting Transformer: per layer and head a forget gate f_t = σ(w·x_t + b) from the layer input; logits + c_i − c_j, c = Σ log f."
+    def __init__(self, ctx: PEContext, inner: PE):
+        super().__init__(ctx, inner)
+        self.gate_w = nn.Parameter(0.02 * torch.randn(ctx.n_layers, ctx.n_heads, ctx.d_model))   # official fgate_proj: N(0, 0.02²)
+        self.gate_b = nn.Parameter(torch.zeros(ctx.n_layers, ctx.n_heads))                      # and bias 0
+
+    def log_forget(self, x: Tensor, layer: int = 0) -> Tensor:
+        "log f_t = log σ(w_h·x_t + b_h) for this layer: x [B, T, D] -> [B, H, T] (float32, ≤ 0)."
+        return forget_gate(x.float(), self.gate_w[layer], self.gate_b[layer])
+
+    def gate(self, x: Tensor, pos: Positions, layer: int = 0) -> Positions:
+        "The layer's positions with c = cumulative log forget gate attached, [B, T, H]."
+        pos = self.inner.gate(x, pos, layer)
+        return replace(pos, gate=rearrange(self.log_forget(x, layer).cumsum(-1), "b h t -> b t h"))
+
+    def bias(self, pos_q: Positions, pos_k: Positions, layer: int = 0) -> Tensor:
+        "D_ij = c_i − c_j (plus the inner PE's bias): [B, H, Tq, Tk]."
+        if pos_q.gate is None or pos_k.gate is None:
+            raise ValueError(f"{self.spec!r} reads each layer's forget gates: pass the positions through pe.gate(x, pos, layer) first")
+        d = rearrange(pos_q.gate, "b q h -> b h q 1") - rearrange(pos_k.gate, "b k h -> b h 1 k")
+        if not self.inner.uses_bias: return d
+        inner = self.inner.bias(pos_q, pos_k, layer)
+        return d + (inner[None] if inner.dim() == 3 else inner).to(d.dtype)
+
+    def score_mod(self, pos: Positions, layer: int = 0) -> Callable:
+        "FlexAttention: c at the query minus c at the key, after the inner score_mod (no T×T tensor)."
+        inner = self.inner.score_mod(pos, layer) if self.inner.uses_bias else None
+        c = rearrange(pos.gate, "b t h -> b h t")
+        def mod(s, b, h, qi, ki):
+            if inner is not None: s = inner(s, b, h, qi, ki)
+            return s + (c[b, h, qi] - c[b, h, ki]).to(s.dtype)
+        return mod
+
+    @property
+    def bias_per_layer(self) -> bool: return True   # each layer has its own gates
+
+
+@register_pe("fox", examples=["fox"])
+def _fox(ctx: PEContext) -> PE:
+    "The Forgetting Transformer (Lin et al., 2025): a data-dependent forget gate per token and head, ALiBi whose slope each token writes."
+    return FoX(ctx, PE(ctx))
+
 # %% ../../nbs/44_successors.ipynb #2450c153
 def stick_breaking_weights(q: Tensor, k: Tensor, attend_current: bool = False) -> Tensor:
     "Stick-breaking weights A_ij = σ(z_ij) Π_{j<l<i} (1 − σ(z_il)) in log space, keys j < i (≤ i with attend_current): [B, H, T, T]."
@@ -51,6 +97,50 @@ def stick_breaking_attention(q: Tensor, k: Tensor, v: Tensor, attend_current: bo
     "Stick-breaking attention: (Σ_j A_ij v_j, the unclaimed remainder 1 − Σ_j A_ij)."
     a = stick_breaking_weights(q, k, attend_current)
     return a.to(v.dtype) @ v, 1 - a.sum(-1)
+
+# %% ../../nbs/44_successors.ipynb #87d1fdc1
+def stick_breaking_normalize(scores: Tensor, mask: Tensor) -> Tensor:
+    "Stick-breaking weights from final logits [B, H, Tq, Tk] over the visible keys before each row's last (its own), the remainder on that last key."
+    last = mask & ~F.pad(mask[..., 1:], (0, 1), value=False)    # each query's own key: the last one it sees
+    seen = mask & ~last                                          # the keys j < i that queue for the stick
+    z = scores.float()
+    log_rest = (-F.softplus(z)).masked_fill(~seen, 0.0)          # log(1 − σ(z_il)) where seen
+    after = F.pad(log_rest.flip(-1).cumsum(-1).flip(-1)[..., 1:], (0, 1))   # Σ_{l > j} log(1 − σ(z_il))
+    a = (F.logsigmoid(z) + after).exp().masked_fill(~seen, 0.0)
+    return a + last * (1 - a.sum(-1, keepdim=True))              # the authors' o + rem·v_i
+
+
+class StickBreaking(PE):
+    "Stick-breaking attention (Tan et al., 2025): no PE and no softmax; the nearest key claims σ(z) of the stick first."
+    def normalize(self, scores: Tensor, mask: Optional[Tensor], layer: int = 0) -> Tensor:
+        if mask is None: raise ValueError(f"{self.spec!r} orders the keys back from each query: it needs causal attention")
+        return stick_breaking_normalize(scores, mask)
+
+
+@register_pe("stickbreak", examples=["stickbreak"])
+def _stickbreak(ctx: PEContext) -> PE:
+    "Stick-breaking attention (Tan et al., 2025): weights σ(z_ij) Π_{j<l<i}(1 − σ(z_il)), the remainder on the query's own value; no PE."
+    return StickBreaking(ctx)
+
+# %% ../../nbs/44_successors.ipynb #ae6963a9
+class SinkPE(WrappedPE):
+    "A learned sink logit per layer and head in the softmax's denominator (gpt-oss), around any PE that keeps the softmax."
+    def __init__(self, ctx: PEContext, inner: PE):
+        super().__init__(ctx, inner)
+        if inner.uses_normalize: raise ValueError(f"sink cannot wrap {inner.spec!r}: its weights are not a softmax")
+        self.sink = nn.Parameter(0.02 * torch.randn(ctx.n_layers, ctx.n_heads))   # gpt-oss: normal_(sinks, std=0.02)
+
+    def normalize(self, scores: Tensor, mask: Optional[Tensor], layer: int = 0) -> Tensor:
+        "softmax([s_i, a_h]) without the sink's column: [B, H, Tq, Tk]."
+        s = scores.float() if mask is None else scores.float().masked_fill(~mask, float("-inf"))
+        col = rearrange(self.sink[layer].float(), "h -> 1 h 1 1").expand(*s.shape[:-1], 1)
+        return torch.cat([s, col], dim=-1).softmax(-1)[..., :-1]
+
+
+@register_pe("sink", wraps=True, examples=["sink:nope", "sink:rope", "sink:alibi"])
+def _sink(ctx: PEContext, inner: PE) -> PE:
+    "A learned attention sink (gpt-oss): one logit per layer and head in the softmax's denominator, around any softmax PE."
+    return SinkPE(ctx, inner)
 
 # %% ../../nbs/44_successors.ipynb #f66d01b7
 def householder(w: Tensor, beta: Tensor) -> Tensor:
