@@ -542,14 +542,14 @@ PE_STYLE = {   # family -> (colour, marker): a colour per group of related metho
     "yarn": ("sky", "o"), "yarn_hf": ("sky", "s"), "ntk_by_parts": ("sky", "^"), "llama3": ("sky", "D"),
     "longrope": ("sky", "v"), "dynamic_linear": ("sky", "P"),
     "rerope": ("teal", "o"), "self_extend": ("teal", "s"), "window": ("teal", "^"),
-    "dca": ("teal", "D"), "string": ("teal", "v"), "sinks": ("teal", "P"),
+    "dca": ("teal", "D"), "string": ("teal", "v"), "sinks": ("teal", "P"), "sink": ("teal", "X"),
     "pose": ("olive", "o"), "randomized": ("olive", "s"),
-    "alibi": ("vermillion", "o"), "sandwich": ("vermillion", "s"),
+    "alibi": ("vermillion", "o"), "sandwich": ("vermillion", "s"), "fox": ("vermillion", "^"),
     "kerple_log": ("green", "o"), "kerple_power": ("green", "s"), "kerple_gauss": ("green", "^"),
     "kerple_3log": ("green", "D"), "kerple_biaswt": ("green", "v"),
     "fire": ("orange", "o"), "t5": ("wine", "o"), "shaw": ("wine", "s"), "transformer_xl": ("wine", "^"),
     "dape": ("pink", "o"), "dape_fb": ("pink", "s"), "cdape": ("purple", "o"),
-    "cope": ("indigo", "o"), "bipe": ("indigo", "s"),
+    "cope": ("indigo", "o"), "bipe": ("indigo", "s"), "stickbreak": ("indigo", "^"),
 }
 LINE_STYLES, MARKERS = ("-", "--", "-.", ":"), ("o", "s", "^", "D", "v", "P", "X", "*")
 
