@@ -117,17 +117,19 @@ def test_fox_model_reads_each_layers_input():
             assert torch.allclose(m(idx, path=path), ref, atol=1e-4), path
 
 
-def test_fox_chunked_training_matches_naive_gradients():
+def test_fox_training_paths_give_the_naive_gradients():
+    "sdpa (a float mask under autograd) and chunked (recomputed blocks) train the gates as the naive path does."
     torch.manual_seed(0)
     m = GPT(GPTConfig(n_layer=2, n_head=H, d_model=DM, pe="fox", max_len=64))
     idx = torch.randint(0, 256, (1, 64))
     grads = {}
-    for path in ("naive", "chunked"):
+    for path in ("naive", "sdpa", "chunked"):
         m.zero_grad()
         m(idx, torch.roll(idx, -1, 1), path=path)[1].backward()
         grads[path] = m.pe.gate_w.grad.clone()
     assert grads["naive"].abs().max() > 0
-    assert torch.allclose(grads["naive"], grads["chunked"], atol=1e-6)
+    for path in ("sdpa", "chunked"):
+        assert torch.allclose(grads["naive"], grads[path], atol=1e-6), path
 
 
 # ---- stick-breaking ------------------------------------------------------------------------------
