@@ -251,3 +251,27 @@ def test_trained_gates_and_sinks_save_and_load(spec, tmp_path):
     idx = torch.randint(0, 256, (1, 16))
     with torch.no_grad():
         assert torch.allclose(back(idx), m.eval()(idx), atol=1e-6)
+
+
+@pytest.mark.parametrize("spec", ["fox", "stickbreak", "sink:rope"])
+def test_chunked_never_builds_a_t_by_t_map(spec):
+    "At a long length the chunked path holds one block of queries' maps at a time: no tensor as large as [B, H, T, T]."
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        def __init__(self): super().__init__(); self.most = 0
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                if isinstance(t, torch.Tensor): self.most = max(self.most, t.numel())
+            return out
+
+    L, blk, h = 512, 64, 2
+    pe = build_pe(spec, n_heads=h, head_dim=D, d_model=h * D)
+    q, k, v = (torch.randn(1, h, L, D) for _ in range(3))
+    pos = Positions.arange(1, L)
+    if pe.uses_gate: pos = pe.gate(torch.randn(1, L, h * D), pos)
+    assert pick_path(pe, 4096, torch.device("cpu")) == "chunked"
+    with torch.no_grad(), Largest() as seen:
+        attention(q, k, v, pe, pos, path="chunked", block=blk)
+    assert seen.most <= 2 * h * blk * L < h * L * L, (spec, seen.most)
