@@ -228,7 +228,11 @@ def _families(pe) -> list[str]:
 
 # families whose bias is built from each row's positions ([B, T, T], not one map shared by the batch), and the
 # bias-sized maps alive while it is built and added (a boolean test, its float copy, the sum): measured, tests/test_memory_plan.py
-_ROW_BIAS = {"bipe": None, "chunk": 1.2, "streaming": 1.2}
+_ROW_BIAS = {"bipe": None, "chunk": 1.2, "streaming": 1.2, "fox": 2.3}   # FoX: its c_i − c_j per row, then the masked copy
+
+# score-sized maps a normaliser other than the softmax adds while it runs (chapter 44): stick-breaking's log-space
+# terms and reversed cumulative sum, the sink's extra column and its copy; measured, tests/test_memory_plan.py
+_NORMALIZE_MAPS = {"stickbreak": 4.0, "sink": 2.0}
 
 
 def _bias_maps(pe) -> float:
@@ -272,6 +276,7 @@ def _score_bytes(pe, path: str, device, B: int, Bb: int, tq: int, T: int) -> flo
     H = pe.ctx.n_heads
     if _one_pass(pe, device): return 2.0 * B * H * tq * T                   # one kernel pass: QKᵀ and the weights
     m, extra = 2.0, 0.0                                                      # the logits and the softmax weights
+    if pe.uses_normalize: m += max([_NORMALIZE_MAPS[f] for f in _families(pe) if f in _NORMALIZE_MAPS] or [4.0])
     if pe.uses_logits or pe.uses_value:
         ms, mb = max([_LOGITS_MAPS[f] for f in _families(pe) if f in _LOGITS_MAPS] or [(2.0, 0.0)])
         m, extra = m + ms, mb * Bb * H * tq * T
@@ -541,14 +546,14 @@ PE_STYLE = {   # family -> (colour, marker): a colour per group of related metho
     "yarn": ("sky", "o"), "yarn_hf": ("sky", "s"), "ntk_by_parts": ("sky", "^"), "llama3": ("sky", "D"),
     "longrope": ("sky", "v"), "dynamic_linear": ("sky", "P"),
     "rerope": ("teal", "o"), "self_extend": ("teal", "s"), "window": ("teal", "^"),
-    "dca": ("teal", "D"), "string": ("teal", "v"), "sinks": ("teal", "P"),
+    "dca": ("teal", "D"), "string": ("teal", "v"), "sinks": ("teal", "P"), "sink": ("teal", "X"),
     "pose": ("olive", "o"), "randomized": ("olive", "s"),
-    "alibi": ("vermillion", "o"), "sandwich": ("vermillion", "s"),
+    "alibi": ("vermillion", "o"), "sandwich": ("vermillion", "s"), "fox": ("vermillion", "^"),
     "kerple_log": ("green", "o"), "kerple_power": ("green", "s"), "kerple_gauss": ("green", "^"),
     "kerple_3log": ("green", "D"), "kerple_biaswt": ("green", "v"),
     "fire": ("orange", "o"), "t5": ("wine", "o"), "shaw": ("wine", "s"), "transformer_xl": ("wine", "^"),
     "dape": ("pink", "o"), "dape_fb": ("pink", "s"), "cdape": ("purple", "o"),
-    "cope": ("indigo", "o"), "bipe": ("indigo", "s"),
+    "cope": ("indigo", "o"), "bipe": ("indigo", "s"), "stickbreak": ("indigo", "^"),
 }
 LINE_STYLES, MARKERS = ("-", "--", "-.", ":"), ("o", "s", "^", "D", "v", "P", "X", "*")
 

@@ -129,6 +129,7 @@ class SelfAttention(nn.Module):
     def forward(self, x: Tensor, pe: PE, pos: Positions, path: str, bias: Optional[Tensor] = None,
                 mask: Optional[Tensor] = None) -> Tensor:
         q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.cfg.n_head)
+        if pe.uses_gate: pos = pe.gate(x, pos, self.layer)   # FoX: this layer's forget gates, read from its input
         y = attention(q, k, v, pe, pos, causal=self.cfg.causal, layer=self.layer, path=path, bias=bias, mask=mask)
         return self.proj(rearrange(y, "b h t d -> b t (h d)"))
 
@@ -196,6 +197,8 @@ class LayerPattern(PE):
     def value(self, weights, v, pos_q, pos_k, layer=0): return self.at(layer).value(weights, v, pos_q, pos_k, layer)
     def score_mod(self, pos, layer=0): return self.at(layer).score_mod(pos, layer)
     def fused_weights(self, q, k, scale, bias, mask, layer=0): return self.at(layer).fused_weights(q, k, scale, bias, mask, layer)
+    def gate(self, x, pos, layer=0): return self.at(layer).gate(x, pos, layer)
+    def normalize(self, scores, mask, layer=0): return self.at(layer).normalize(scores, mask, layer)
 
     def _any(self, name: str) -> bool: return any(getattr(p, "uses_" + name) for p in self.pes)
     @property
@@ -210,6 +213,10 @@ class LayerPattern(PE):
     def uses_logits(self): return self._any("logits")
     @property
     def uses_value(self): return self._any("value")
+    @property
+    def uses_gate(self): return self._any("gate")
+    @property
+    def uses_normalize(self): return self._any("normalize")
     @property
     def bias_per_layer(self) -> bool: return True   # the layers' biases differ (one is computed per distinct PE)
     @property

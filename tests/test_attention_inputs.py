@@ -98,6 +98,7 @@ def test_good_inputs_run_on_every_path(spec):
     q, k, v = qkv()
     ids = torch.randint(0, 256, (B, T))
     pos = pe.make_positions(ids)
+    if pe.uses_gate: pos = pe.gate(torch.randn(B, T, pe.ctx.d_model), pos)   # a gated PE (FoX) reads the layer's input first
     with torch.no_grad():
         for path in ("naive", "chunked", "auto"):
             assert attention(q, k, v, pe, pos, path=path).shape == (B, H, T, DH)

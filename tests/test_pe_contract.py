@@ -54,7 +54,7 @@ def test_model_paths_agree(spec):
     with torch.no_grad():
         ref = m(idx, path="naive")
         for p in ("sdpa", "chunked"):
-            if p == "sdpa" and (m.pe.uses_refine or m.pe.uses_logits):
+            if p == "sdpa" and (m.pe.uses_refine or m.pe.uses_logits or m.pe.uses_normalize):
                 with pytest.raises(ValueError):
                     m(idx, path=p)
                 continue
