@@ -133,6 +133,9 @@ def test_powers_of_ten_and_linear_axes_are_not_power_labels():
     a.plot([1, 10, 100, 1000], [1, 2, 3, 4], "o-"); a.set_xscale("log")                 # 10^0 .. 10^3: the usual decades
     b.plot([1, 2, 3], [1, 2, 3], "o-"); b.set_xticks([1, 2, 3], ["$2^1$", "$2^2$", "$2^3$"])   # not a log axis: not this check
     assert plotcheck.power_tick_labels(fig) == []
+    b.plot([200, 300, 500], [1, 2, 3], "s-"); b.set_yscale("log"); b.set_ylim(1, 3)     # minor labels such as 2×10^0
+    b.set_xscale("log"); b.set_xlim(150, 600)                                            # minor labels 2×10^2, 3×10^2, ...
+    assert plotcheck.power_tick_labels(fig) == []
     a.set_xscale("log", base=2)                                                          # the same data at base 2: 2^0 .. 2^9
     assert len(plotcheck.power_tick_labels(fig)) == 1
     plt.close(fig)
