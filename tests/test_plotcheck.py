@@ -113,3 +113,29 @@ def test_a_shared_log_axis_is_read_on_the_panel_that_labels_it():
     a.set_xscale("linear"); b.set_yscale("log"); b.set_ylim(1.1, 3.9)   # an unshared log axis is still checked
     assert len(plotcheck.unreadable_log_axes(fig)) == 1
     plt.close(fig)
+
+
+def test_a_log_axis_labelled_as_powers_of_two_is_caught_and_plain_lengths_pass():
+    from lengthx.evaluate import label_length_axis
+    fig, ax = plt.subplots()
+    ax.plot([64, 128, 256, 512], [12, 14, 18, 30], "o-"); ax.set_xscale("log", base=2)   # matplotlib's default: 2^6 .. 2^9
+    bad = plotcheck.power_tick_labels(fig)
+    assert len(bad) == 1 and "log x axis" in bad[0] and "2^{" in bad[0], bad
+    with pytest.raises(plotcheck.PowerTickLabels): plotcheck.check_figure(fig)
+    label_length_axis(ax.xaxis, [64, 128, 256, 512])                # 64, 128, 256, 512
+    assert plotcheck.power_tick_labels(fig) == []
+    plotcheck.check_figure(fig)
+    plt.close(fig)
+
+
+def test_powers_of_ten_and_linear_axes_are_not_power_labels():
+    fig, (a, b) = plt.subplots(1, 2)
+    a.plot([1, 10, 100, 1000], [1, 2, 3, 4], "o-"); a.set_xscale("log")                 # 10^0 .. 10^3: the usual decades
+    b.plot([1, 2, 3], [1, 2, 3], "o-"); b.set_xticks([1, 2, 3], ["$2^1$", "$2^2$", "$2^3$"])   # not a log axis: not this check
+    assert plotcheck.power_tick_labels(fig) == []
+    b.plot([200, 300, 500], [1, 2, 3], "s-"); b.set_yscale("log"); b.set_ylim(1, 3)     # minor labels such as 2×10^0
+    b.set_xscale("log"); b.set_xlim(150, 600)                                            # minor labels 2×10^2, 3×10^2, ...
+    assert plotcheck.power_tick_labels(fig) == []
+    a.set_xscale("log", base=2)                                                          # the same data at base 2: 2^0 .. 2^9
+    assert len(plotcheck.power_tick_labels(fig)) == 1
+    plt.close(fig)

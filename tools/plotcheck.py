@@ -10,13 +10,16 @@ that is meant to double back (a circle, a trajectory) says so with `line.set_gid
 Two more mechanical faults fail the same way: two labelled lines of one axes that look alike (same
 colour, line style and marker: the legend cannot tell them apart; `LookAlikeLines`), and a log axis
 labelled at fewer than `MIN_LOG_LABELS` ticks inside its view (the reader cannot read a value off it;
-`UnreadableLogAxis`).
+`UnreadableLogAxis`), and a log axis labelled as powers of a base other than ten (2^6, 2^7, ... under lengths
+64, 128, ...: the reader has to work out every value; `PowerTickLabels`).
 
 `install` wraps `matplotlib.pyplot.show` and `Figure.savefig`; a figure with a backwards line raises
 `BackwardsLine` in the cell that shows it. It is installed in every notebook kernel that nbval starts
 (nbs/conftest.py points PYTHONSTARTUP at tools/plotcheck_startup.py) and in `tools/nbtool.py run`.
 """
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -65,6 +68,10 @@ class UnreadableLogAxis(AssertionError):
     "A log axis with too few labelled ticks inside its view to read a value off it."
 
 
+class PowerTickLabels(AssertionError):
+    "A log axis whose tick labels are powers of 2 (or of e) rather than the values they stand for."
+
+
 MIN_LOG_LABELS = 3   # labelled ticks a log axis needs inside its view (two only fix the ends of the scale)
 
 
@@ -104,8 +111,24 @@ def unreadable_log_axes(fig, need: int = MIN_LOG_LABELS) -> list[str]:
     return bad
 
 
+POWER_LABEL = re.compile(r"(?<![0-9.])([0-9]+(?:\.[0-9]+)?|e)\s*\^")   # "2^{6}" in a label's mathtext: base, then a caret
+
+
+def power_tick_labels(fig) -> list[str]:
+    "One description per log axis of `fig` with a visible tick label written as a power of a base other than ten."
+    bad, drawn = [], False
+    for i, ax in enumerate(fig.axes):
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            if axis.get_scale() != "log" or not axis.get_visible() or not ax.axison: continue
+            if not drawn: fig.canvas.draw(); drawn = True      # tick labels are only known once drawn
+            texts = [t.get_text() for t in axis.get_ticklabels(minor=False) + axis.get_ticklabels(minor=True) if t.get_visible()]
+            powers = [t for t in texts if any(b != "10" for b in POWER_LABEL.findall(t))]
+            if powers: bad.append(f"{ax.get_title() or f'axes {i}'!r}: log {name} axis labelled {powers[0]!r}")
+    return bad
+
+
 def check_figure(fig) -> None:
-    "Raise BackwardsLine, LookAlikeLines or UnreadableLogAxis for the first kind of fault `fig` has."
+    "Raise BackwardsLine, LookAlikeLines, UnreadableLogAxis or PowerTickLabels for the first kind of fault `fig` has."
     bad = backwards_lines(fig)
     if bad: raise BackwardsLine("a line plot's x runs backwards (sort the points by x, or draw markers only): " + "; ".join(bad))
     bad = look_alike_lines(fig)
@@ -114,6 +137,9 @@ def check_figure(fig) -> None:
     bad = unreadable_log_axes(fig)
     if bad: raise UnreadableLogAxis(f"a log axis needs at least {MIN_LOG_LABELS} labelled ticks over its range "
                                     "(a LogFormatter with labelOnlyBase=False, or FixedLocator ticks): " + "; ".join(bad))
+    bad = power_tick_labels(fig)
+    if bad: raise PowerTickLabels("a log axis is labelled as powers (2^6, ...) instead of the values (64, ...): label it at the "
+                                  "values, e.g. lengthx.evaluate.label_length_axis or ax.set_xticks(lengths, lengths): " + "; ".join(bad))
 
 
 def check_open_figures() -> None:
