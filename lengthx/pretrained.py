@@ -427,6 +427,7 @@ class LayerPE:
     nope: object
     sink: Optional[Tensor] = None   # the model's learned sink logit per head (gpt-oss), in the softmax's denominator
     native: bool = False            # the PE carries the layer's whole design: windows and chunks as its bias, HF's mask only causal
+    rotary: Optional[nn.Module] = None   # the IdentityRotary that saw this forward's position_ids (Llama 4 passes none to attention)
 
 
 def _written(mask, Tq: int, Tk: int) -> int:
@@ -491,6 +492,9 @@ def lengthx_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
     if lp.perm is not None:
         perm = lp.perm.to(q.device)
         q, k = q[..., perm], k[..., perm]
+    seen = getattr(lp.rotary, "position_ids", None)
+    if kwargs.get("position_ids") is None and seen is not None and seen.shape[-1] == Tq:   # absolute positions: chunks, temperature
+        kwargs = {**kwargs, "position_ids": seen}
     pq, pk = _positions(kwargs, B, Tq, Tk, q.device, attention_mask)
     pe, softcap, window = lp.pe or lp.nope, kwargs.get("softcap"), kwargs.get("sliding_window")
     causal = getattr(module, "is_causal", True)
@@ -513,6 +517,7 @@ class IdentityRotary(nn.Module):
         self.inner, self.keep = inner, tuple(keep)   # inner kept so that restoring is a plain swap back
 
     def forward(self, x: Tensor, position_ids: Tensor, *args, **kwargs):
+        self.position_ids = position_ids   # what extend's native layers read when the model passes attention no positions
         out = self.inner(x, position_ids, *args, **kwargs)
         if (args[0] if args else kwargs.get("layer_type")) in self.keep: return out
         if torch.is_tensor(out): return torch.ones_like(out)   # Llama 4: one complex e^{iθm} per pair; 1 turns nothing
@@ -614,9 +619,11 @@ def _install(model, ext: Extension, plan: list[tuple[nn.Module, LayerPE]], keep:
     owner_name, _, attr = next(n for n, m in model.named_modules() if m is rotary).rpartition(".")
     owner = model.get_submodule(owner_name)
     old_impl = _text_config(model)._attn_implementation
-    setattr(owner, attr, IdentityRotary(rotary, keep)); undo.append(lambda: setattr(owner, attr, rotary))
+    identity = IdentityRotary(rotary, keep)
+    setattr(owner, attr, identity); undo.append(lambda: setattr(owner, attr, rotary))
     _set_attn(model, impl); undo.append(lambda: _set_attn(model, old_impl))
     for m, lp in plan:
+        if lp.native: lp.rotary = identity
         m._lengthx = lp
         undo.append(lambda m=m: delattr(m, "_lengthx"))
     model._lengthx_extension = ext

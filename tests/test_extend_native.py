@@ -130,3 +130,13 @@ def test_refusals_are_one_clear_line(models):
     with pytest.raises(ValueError, match="knows the designs of"): extend(tiny_hf("Llama"), "native")
     with pytest.raises(ValueError, match="adds a bias"): extend(models["Gemma 3"], "alibi")
     for m in models.values(): assert getattr(m, "_lengthx_extension", None) is None   # a refusal leaves the model unchanged
+
+
+@pytest.mark.parametrize("family", list(NATIVE_FAMILIES))
+def test_cached_generation_equals_hugging_face(models, family):
+    "Decoding one token at a time from the cache (sliding and chunked caches hold fewer keys) gives HF's own tokens."
+    m, prompt = models[family], IDS[:1, :20]
+    kw = dict(max_new_tokens=16, do_sample=False, pad_token_id=0)   # to position 36: past chunk and window ends
+    want = m.generate(prompt, **kw)
+    with extend(m, "native"): got = m.generate(prompt, **kw)
+    assert torch.equal(got, want)
