@@ -540,6 +540,10 @@ NATIVE_ATTENTION = "lengthx_native"   # the attention implementation name under 
 def causal_padding_mask(*args, mask_function=None, local_size=None, **kwargs):
     "Hugging Face's SDPA mask with causality and padding only: under the native design a layer's window or chunk is lengthx's bias, not HF's mask."
     from transformers.masking_utils import causal_mask_function, sdpa_mask
+    pad, cfg = kwargs.get("attention_mask"), kwargs.get("config")
+    if pad is not None and not bool(pad.bool().all()) and "chunked_attention" in (getattr(cfg, "layer_types", None) or ()):
+        raise ValueError("extend(model, 'native') takes no padded batch on a model with chunked attention (Llama 4): HF counts "
+                         "chunks from each row's first real token, lengthx's chunk from position 0; pass rows without padding")
     return sdpa_mask(*args, mask_function=causal_mask_function, **kwargs)
 
 # %% ../nbs/13_pretrained.ipynb #f1a89d4a

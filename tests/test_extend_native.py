@@ -140,3 +140,17 @@ def test_cached_generation_equals_hugging_face(models, family):
     want = m.generate(prompt, **kw)
     with extend(m, "native"): got = m.generate(prompt, **kw)
     assert torch.equal(got, want)
+
+
+def test_left_padded_batches(models):
+    "Padding is HF's mask; on Llama 4 HF counts chunks from each row's first real token, which lengthx's chunk cannot: refused."
+    ids, mask = IDS.clone(), torch.ones_like(IDS)
+    ids[0, :5], mask[0, :5] = 0, 0
+    for family, m in models.items():
+        if family == "Llama 4 (text)":
+            with extend(m, "native"), pytest.raises(ValueError, match="chunked attention"): m(ids, attention_mask=mask, use_cache=False)
+            continue
+        with torch.no_grad():
+            want = m(ids, attention_mask=mask, use_cache=False).logits
+            with extend(m, "native"): got = m(ids, attention_mask=mask, use_cache=False).logits
+        assert (got - want)[mask.bool()].abs().max() < TOL, family
