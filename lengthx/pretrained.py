@@ -34,22 +34,25 @@ from .attention import Positions, attention, attention_at, build_pe, causal_mask
 from .bench import side_by_side, window_calls
 from .data import decode_utf8, default_cache_dir, stdlib_files
 from .evaluate import flops_per_second, format_bytes, memory_budget, protocol_windows
+from .pe.current import hf_layer_pattern
 from .pe.rotary import RoPE
 from .pe.scaling import self_extend_relative
 
 # %% auto #0
 __all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'KNOWN_GGUF', 'GLOBAL_LAYERS', 'MATERIALIZED_SLOWDOWN',
-           'ATTENTION_BLOCK', 'TINY_FAMILIES', 'PASSKEY_INTRO', 'PASSKEY_FILLER', 'PASSKEY_QUESTION',
-           'PRETRAINED_SETTINGS', 'SMOLLM2_ATTENTION', 'PARTS_METHODS', 'SHIPPED', 'PARTS_GOALS', 'PARTS_SETTINGS',
-           'require_transformers', 'weights_location', 'check_gguf', 'gguf_checkpoint_dir', 'save_checkpoint',
-           'load_pretrained', 'RotaryFacts', 'rotary_facts', 'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens',
-           'scored_losses', 'ForwardCost', 'lm_forward_cost', 'check_forward_cost', 'lm_perplexity', 'model_spec',
-           'rotary_pe', 'half_to_interleaved', 'rotary_layout', 'LayerPE', 'lengthx_attention', 'IdentityRotary',
-           'Extension', 'extend', 'hf_rope_parameters', 'hf_twin', 'tiny_hf', 'hf_agreement', 'padded_batch',
-           'extension_features', 'family_check', 'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial',
-           'greedy_answer', 'passkey_grid', 'self_extend_reach', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row',
-           'pretrained_grid', 'finetune', 'grid_curves', 'attention_shaped_llama', 'extension_calls', 'controls',
-           'best_candidates', 'smollm2_rows', 'parts_grid']
+           'ATTENTION_BLOCK', 'NATIVE_ATTENTION', 'NATIVE', 'NATIVE_TYPES', 'TINY_FAMILIES', 'NATIVE_FAMILIES',
+           'PASSKEY_INTRO', 'PASSKEY_FILLER', 'PASSKEY_QUESTION', 'PRETRAINED_SETTINGS', 'SMOLLM2_ATTENTION',
+           'PARTS_METHODS', 'SHIPPED', 'PARTS_GOALS', 'PARTS_SETTINGS', 'require_transformers', 'weights_location',
+           'check_gguf', 'gguf_checkpoint_dir', 'save_checkpoint', 'load_pretrained', 'RotaryFacts', 'rotary_facts',
+           'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens', 'scored_losses', 'ForwardCost', 'lm_forward_cost',
+           'check_forward_cost', 'lm_perplexity', 'model_spec', 'rotary_pe', 'half_to_interleaved', 'rotary_layout',
+           'LayerPE', 'sink_softmax', 'lengthx_attention', 'IdentityRotary', 'causal_padding_mask', 'Extension',
+           'extend', 'split_layer_spec', 'scaled_layers', 'native_layer_specs', 'extend_native', 'hf_rope_parameters',
+           'hf_twin', 'tiny_hf', 'hf_agreement', 'padded_batch', 'extension_features', 'family_check', 'tiny_native',
+           'native_agreement', 'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer',
+           'passkey_grid', 'self_extend_reach', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid',
+           'finetune', 'grid_curves', 'attention_shaped_llama', 'extension_calls', 'controls', 'best_candidates',
+           'smollm2_rows', 'parts_grid']
 
 # %% ../nbs/13_pretrained.ipynb #2e54b631
 SMOLLM2 = "smollm2-135m"
@@ -436,6 +439,9 @@ def rotary_layout(attn: nn.Module, rotary: nn.Module, head_dim: int, layer_type:
     name, where = type(attn).__name__, type(attn).__module__
     apply = getattr(sys.modules.get(where), "apply_rotary_pos_emb", None)
     if apply is None: raise ValueError(f"extend cannot read {name}'s rotary layout: {where} has no apply_rotary_pos_emb")
+    if "k" not in inspect.signature(apply).parameters:   # one tensor at a time (Gemma 4): rotate q and k alike
+        one = apply
+        apply = lambda q, k, cos, sin: (one(q, cos, sin), one(k, cos, sin))
     with torch.no_grad():
         cos, sin = rotary(torch.zeros(1, 1, 1), torch.ones(1, 1, dtype=torch.long), *([layer_type] if layer_type else []))
         cos, sin = cos.float(), sin.float()               # position 1: pair i turns by its own frequency θ_i
@@ -459,6 +465,9 @@ class LayerPE:
     pe: Optional[RoPE]
     perm: Optional[Tensor]
     nope: object
+    sink: Optional[Tensor] = None   # the model's learned sink logit per head (gpt-oss), in the softmax's denominator
+    native: bool = False            # the PE carries the layer's whole design: windows and chunks as its bias, HF's mask only causal
+    rotary: Optional[nn.Module] = None   # the IdentityRotary that saw this forward's position_ids (Llama 4 passes none to attention)
 
 
 def _written(mask, Tq: int, Tk: int) -> int:
@@ -479,14 +488,16 @@ def _positions(kwargs: dict, B: int, Tq: int, Tk: int, device, mask=None) -> tup
 
 
 def _attend_masked(q: Tensor, k: Tensor, v: Tensor, pe, pq: Tensor, pk: Tensor, mask: Optional[Tensor], scale: float,
-                   softcap: Optional[float], window: Optional[int], causal: bool, block: int = 256) -> Tensor:
-    "Blocks of queries: lengthx's rotation and logits, then the model's soft-capping and mask (4-D bool or additive; else causal and window), softmax."
+                   softcap: Optional[float], window: Optional[int], causal: bool, block: int = 256,
+                   sink: Optional[Tensor] = None) -> Tensor:
+    "Blocks of queries: lengthx's rotation, logits and bias, the model's soft-capping and mask (4-D bool or additive; else causal and window), softmax with an optional sink logit per head."
     Pq, Pk = Positions(pq), Positions(torch.minimum(pk, pq.amax(-1, keepdim=True)))   # a length-dependent PE (dynamic NTK) sees no unwritten key
     if pe.uses_rotate: q, k = pe.rotate(q, q, Pq)[0], pe.rotate(k, k, Pk)[1]
     neg, outs = torch.finfo(torch.float32).min, []   # a finite floor: a fully masked (padding) row stays finite, as in HF's eager path
     for s in range(0, q.shape[2], block):
         e = min(s + block, q.shape[2])
         scores = pe.logits(q[:, :, s:e], k, Pq[s:e], Pk, scale).float()
+        if pe.uses_bias: scores = scores + pe.bias(Pq[s:e], Pk).float()   # [H or B·H, q, k]: windows, chunks
         if softcap: scores = torch.tanh(scores / softcap) * softcap
         if mask is not None:
             m = mask[..., s:e, :k.shape[2]]
@@ -496,8 +507,15 @@ def _attend_masked(q: Tensor, k: Tensor, v: Tensor, pe, pq: Tensor, pk: Tensor, 
             keep = rel >= 0 if causal else torch.ones_like(rel, dtype=torch.bool)
             if window: keep = keep & (rel < window)
             scores = scores.masked_fill(~keep, neg)
-        outs.append(scores.softmax(-1).to(v.dtype) @ v)
+        if sink is None: outs.append(scores.softmax(-1).to(v.dtype) @ v)
+        else: outs.append(sink_softmax(scores, sink).to(v.dtype) @ v)
     return torch.cat(outs, dim=2)
+
+
+def sink_softmax(scores: Tensor, sink: Tensor) -> Tensor:
+    "Softmax over each row of scores [B, H, q, k] plus one column holding the head's sink logit [H], that column dropped (gpt-oss)."
+    col = sink.float().reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+    return torch.cat([scores, col], dim=-1).softmax(-1)[..., :-1]
 
 
 def lengthx_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask, scaling: float,
@@ -506,18 +524,24 @@ def lengthx_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
     lp: Optional[LayerPE] = getattr(module, "_lengthx", None)
     if lp is None: raise ValueError(f"{type(module).__name__} was not prepared by extend; restore the model and extend it again")
     if dropout: raise ValueError(f"lengthx attention has no attention dropout (got {dropout}); use model.eval() or attention_dropout=0")
-    if kwargs.get("s_aux") is not None: raise ValueError("lengthx attention does not model attention sinks (s_aux)")
+    if kwargs.get("s_aux") is not None and not lp.native:
+        raise ValueError("lengthx attention models attention sinks (s_aux) only under extend(model, 'native')")
     B, H, Tq, Dh = query.shape
     Tk = key.shape[2]
     q, k, v = query, _repeat_kv(key, H), _repeat_kv(value, H)
     if lp.perm is not None:
         perm = lp.perm.to(q.device)
         q, k = q[..., perm], k[..., perm]
+    seen = getattr(lp.rotary, "position_ids", None)
+    if kwargs.get("position_ids") is None and seen is not None and seen.shape[-1] == Tq:   # absolute positions: chunks, temperature
+        kwargs = {**kwargs, "position_ids": seen}
     pq, pk = _positions(kwargs, B, Tq, Tk, q.device, attention_mask)
     pe, softcap, window = lp.pe or lp.nope, kwargs.get("softcap"), kwargs.get("sliding_window")
     causal = getattr(module, "is_causal", True)
     own = attention_mask is None and not softcap and not (window and Tk > window)   # lengthx's own paths can run it
-    if own and Tq == Tk:
+    if lp.native:   # the layer's whole design is lengthx's: its window or chunk is the PE's bias, HF's mask is causal and padding
+        out = _attend_masked(q, k, v, pe, pq, pk, attention_mask, scaling, softcap, None, causal, sink=lp.sink)
+    elif own and Tq == Tk:
         out = attention(q * (scaling * math.sqrt(Dh)), k, v, pe, Positions(pq), causal=causal)
     elif own and causal and bool((pk[:, -1] == pq[:, -1]).all()):   # decoding after a full cache: the PE's parts, or a flash band
         out = attention_at(q * (scaling * math.sqrt(Dh)), k, v, pe, Positions(pq), Positions(pk))
@@ -533,9 +557,11 @@ class IdentityRotary(nn.Module):
         self.inner, self.keep = inner, tuple(keep)   # inner kept so that restoring is a plain swap back
 
     def forward(self, x: Tensor, position_ids: Tensor, *args, **kwargs):
-        cos, sin = self.inner(x, position_ids, *args, **kwargs)
-        if (args[0] if args else kwargs.get("layer_type")) in self.keep: return cos, sin
-        return torch.ones_like(cos), torch.zeros_like(sin)
+        self.position_ids = position_ids   # what extend's native layers read when the model passes attention no positions
+        out = self.inner(x, position_ids, *args, **kwargs)
+        if (args[0] if args else kwargs.get("layer_type")) in self.keep: return out
+        if torch.is_tensor(out): return torch.ones_like(out)   # Llama 4: one complex e^{iθm} per pair; 1 turns nothing
+        return torch.ones_like(out[0]), torch.zeros_like(out[1])
 
 
 def _register_attention() -> None:
@@ -544,12 +570,27 @@ def _register_attention() -> None:
     from transformers.masking_utils import sdpa_mask
     tf.AttentionInterface.register("lengthx", lengthx_attention)
     tf.AttentionMaskInterface.register("lengthx", sdpa_mask)
+    tf.AttentionInterface.register(NATIVE_ATTENTION, lengthx_attention)
+    tf.AttentionMaskInterface.register(NATIVE_ATTENTION, causal_padding_mask)
+
+
+NATIVE_ATTENTION = "lengthx_native"   # the attention implementation name under which `extend(model, "native")` runs
+
+
+def causal_padding_mask(*args, mask_function=None, local_size=None, **kwargs):
+    "Hugging Face's SDPA mask with causality and padding only: under the native design a layer's window or chunk is lengthx's bias, not HF's mask."
+    from transformers.masking_utils import causal_mask_function, sdpa_mask
+    pad, cfg = kwargs.get("attention_mask"), kwargs.get("config")
+    if pad is not None and not bool(pad.bool().all()) and "chunked_attention" in (getattr(cfg, "layer_types", None) or ()):
+        raise ValueError("extend(model, 'native') takes no padded batch on a model with chunked attention (Llama 4): HF counts "
+                         "chunks from each row's first real token, lengthx's chunk from position 0; pass rows without padding")
+    return sdpa_mask(*args, mask_function=causal_mask_function, **kwargs)
 
 # %% ../nbs/13_pretrained.ipynb #f1a89d4a
 class Extension(contextlib.AbstractContextManager):
     "A model patched by `extend`: `with extend(model, spec): ...` restores it on exit; `.restore()` does it by hand."
-    def __init__(self, model, spec: str, pe: RoPE, undo: list):
-        self.model, self.spec, self.pe, self._undo = model, spec, pe, undo
+    def __init__(self, model, spec: str, pe: Optional[RoPE], undo: list, layer_specs: Optional[list[str]] = None):
+        self.model, self.spec, self.pe, self._undo, self.layer_specs = model, spec, pe, undo, layer_specs
 
     def restore(self):
         while self._undo: self._undo.pop()()
@@ -557,7 +598,8 @@ class Extension(contextlib.AbstractContextManager):
 
     def __exit__(self, *exc): self.restore()
 
-    def __repr__(self) -> str: return f"Extension({self.spec!r}, {self.pe.extra_repr()})"
+    def __repr__(self) -> str:
+        return f"Extension({self.spec!r}, {self.pe.extra_repr() if self.pe is not None else self.layer_specs})"
 
 
 def _set_attn(model, impl: str):
@@ -599,6 +641,7 @@ def extend(model, spec: str) -> Extension:
     "Apply lengthx's rotary spec (frequencies, attention factor, length-dependent or clipped attention) to a HF RoPE model."
     if getattr(model, "_lengthx_extension", None) is not None:
         raise ValueError(f"model is already extended with {model._lengthx_extension.spec!r}; restore it first")
+    if spec.strip() == NATIVE or _text_config(model).model_type in NATIVE_TYPES: return extend_native(model, spec)
     facts = rotary_facts(model)
     pe = rotary_pe(spec, facts)
     plan = _layer_plan(model, facts, pe)
@@ -607,22 +650,133 @@ def extend(model, spec: str) -> Extension:
     _register_attention()
     undo = []
     ext = Extension(model, spec, pe, undo)
-    try:
-        rotary = _rotary_module(model)
-        owner_name, _, attr = next(n for n, m in model.named_modules() if m is rotary).rpartition(".")
-        owner = model.get_submodule(owner_name)
-        old_impl = cfg._attn_implementation
-        setattr(owner, attr, IdentityRotary(rotary, keep)); undo.append(lambda: setattr(owner, attr, rotary))
-        _set_attn(model, "lengthx"); undo.append(lambda: _set_attn(model, old_impl))
-        for m, lp in plan:
-            m._lengthx = lp
-            undo.append(lambda m=m: delattr(m, "_lengthx"))
-        model._lengthx_extension = ext
-        undo.append(lambda: setattr(model, "_lengthx_extension", None))
+    try: _install(model, ext, plan, keep, "lengthx")
     except BaseException:
         ext.restore()
         raise
     return ext
+
+
+def _install(model, ext: Extension, plan: list[tuple[nn.Module, LayerPE]], keep: Sequence[str], impl: str) -> None:
+    "Swap in the identity rotary (layer types in `keep` keep theirs) and the attention `impl`, hand each module its LayerPE; each step's undo on `ext`."
+    undo, rotary = ext._undo, _rotary_module(model)
+    owner_name, _, attr = next(n for n, m in model.named_modules() if m is rotary).rpartition(".")
+    owner = model.get_submodule(owner_name)
+    old_impl = _text_config(model)._attn_implementation
+    identity = IdentityRotary(rotary, keep)
+    setattr(owner, attr, identity); undo.append(lambda: setattr(owner, attr, rotary))
+    _set_attn(model, impl); undo.append(lambda: _set_attn(model, old_impl))
+    for m, lp in plan:
+        if lp.native: lp.rotary = identity
+        m._lengthx = lp
+        undo.append(lambda m=m: delattr(m, "_lengthx"))
+    model._lengthx_extension = ext
+    undo.append(lambda: setattr(model, "_lengthx_extension", None))
+
+# %% ../nbs/13_pretrained.ipynb #6a4993aa
+NATIVE = "native"
+NATIVE_TYPES = {"smollm3": "SmolLM3", "gemma3_text": "Gemma 3", "cohere2": "Cohere2", "gpt_oss": "gpt-oss",
+                "llama4_text": "Llama 4 (text)", "gemma4_text": "Gemma 4 (text)", "ministral3": "Ministral 3"}
+_LAYER_WRAPPERS = ("window", "chunk", "temp")   # what `hf_layer_pattern` puts around a layer's rotary (or nope) spec
+
+
+def split_layer_spec(spec: str) -> tuple[str, str]:
+    "(the wrappers of a layer's spec, e.g. 'window:w=8:', and its innermost PE spec, e.g. 'rope:base=10000')."
+    parts, i = spec.split(":"), 0
+    while i < len(parts) and parts[i] in _LAYER_WRAPPERS:
+        i += 1
+        while i < len(parts) and "=" in parts[i]: i += 1
+    return ":".join(parts[:i]) + (":" if i else ""), ":".join(parts[i:])
+
+
+def scaled_layers(cfg, specs: Sequence[str]) -> list[int]:
+    "The layers an extension spec rescales: the rotating global layers when rope parameters differ per layer type (Gemma 3), else every rotating layer."
+    types = list(getattr(cfg, "layer_types", None) or [GLOBAL_LAYERS] * len(specs))
+    return [i for i, s in enumerate(specs) if split_layer_spec(s)[1].split(":")[0] != "nope"
+            and (not _per_layer_type(cfg) or types[i] == GLOBAL_LAYERS)]
+
+
+def native_layer_specs(model, spec: str = NATIVE) -> list[str]:
+    "One lengthx spec per layer: the model's own design (`hf_layer_pattern`), with `spec`'s RoPE on the layers it rescales unless spec is 'native'."
+    cfg, name = _text_config(model), type(model).__name__
+    if cfg.model_type not in NATIVE_TYPES:
+        raise ValueError(f"extend(model, {NATIVE!r}) knows the designs of {', '.join(NATIVE_TYPES.values())}; "
+                         f"{name} (model_type {cfg.model_type!r}) is none of them")
+    specs = hf_layer_pattern(cfg)
+    if spec.strip() == NATIVE: return specs
+    if cfg.model_type == "gemma4_text":
+        raise ValueError(f"{name}'s global layers rotate a quarter of their pairs (proportional RoPE) and lengthx has no rule "
+                         f"for which pairs {spec!r} should rotate there: only extend(model, {NATIVE!r}) applies to it")
+    facts = rotary_facts(model)
+    rotary_pe(spec, facts)   # a one-line error unless it is a rotary spec of the model's width
+    full = model_spec(spec, facts)
+    for i in scaled_layers(cfg, specs): specs[i] = split_layer_spec(specs[i])[0] + full
+    return specs
+
+
+def _innermost(pe):
+    while hasattr(pe, "inner"): pe = pe.inner
+    return pe
+
+
+def _native_layout(attn: nn.Module, rotary: nn.Module, head_dim: int, layer_type: Optional[str]) -> tuple[Tensor, int]:
+    "The layer's layout permutation: Llama 4 multiplies the complex numbers of pairs (2i, 2i+1), lengthx's layout; others probed."
+    with torch.no_grad(): out = rotary(torch.zeros(1, 1, 1), torch.ones(1, 1, dtype=torch.long), *([layer_type] if layer_type else []))
+    if torch.is_tensor(out) and out.is_complex(): return torch.arange(head_dim), head_dim
+    return rotary_layout(attn, rotary, head_dim, layer_type)
+
+
+def _native_plan(model, specs: Sequence[str], max_len: int) -> list[tuple[nn.Module, LayerPE]]:
+    "Each attention module with its layer's lengthx PE (rotation, window or chunk, temperature), layout and sink; every check first."
+    cfg, name = _text_config(model), type(model).__name__
+    mods, rotary = _attention_modules(model), _rotary_module(model)
+    if not mods or not all(_uses_attention_interface(m) for m in mods):
+        raise ValueError(f"{name} computes attention in its own code, not through Hugging Face's attention interface")
+    plan = []
+    for m in mods:
+        pe = build_pe(specs[m.layer_idx], n_heads=cfg.num_attention_heads, head_dim=m.head_dim, max_len=max_len)
+        perm = None
+        if isinstance(_innermost(pe), RoPE):
+            perm, rot = _native_layout(m, rotary, m.head_dim, m.layer_type if _per_layer_type(cfg) else None)
+            if rot != _innermost(pe).rot_dim:
+                raise ValueError(f"layer {m.layer_idx} of {name} rotates {rot} of {m.head_dim} dimensions per head, "
+                                 f"its spec {specs[m.layer_idx]!r} {_innermost(pe).rot_dim}: extend cannot match it")
+            if hasattr(m, "qk_norm") and not math.isclose(_innermost(pe).attn_factor, 1.0):   # Llama 4: L2 norm after rotating
+                raise ValueError(f"{name} normalizes q and k after rotating them, which cancels the cos/sin factor "
+                                 f"{_innermost(pe).attn_factor:.4g} of {specs[m.layer_idx]!r}: use a spec without one (rope:pi, llama3)")
+        plan.append((m, LayerPE(pe, perm, None, getattr(m, "sinks", None), native=True)))
+    return plan
+
+
+def _own_temperature_off(model, mods: Sequence[nn.Module], undo: list) -> None:
+    "Switch off the query temperature the model applies itself (Llama 4, Ministral 3): lengthx's `temp` layers apply it instead."
+    for m in mods:
+        if getattr(m, "attn_temperature_tuning", False):
+            m.attn_temperature_tuning = False
+            undo.append(lambda m=m: setattr(m, "attn_temperature_tuning", True))
+    rp = _text_config(model).rope_parameters
+    if rp.get("llama_4_scaling_beta") is not None:   # Ministral 3 reads β from its config in every forward: β = 0 scales by 1
+        beta, rp["llama_4_scaling_beta"] = rp["llama_4_scaling_beta"], 0.0
+        undo.append(lambda: rp.__setitem__("llama_4_scaling_beta", beta))
+
+
+def extend_native(model, spec: str = NATIVE) -> Extension:
+    "Route a SmolLM3, Gemma 3, Cohere2, gpt-oss, Llama 4, Gemma 4 or Ministral 3 model's attention through lengthx with its own per-layer design (and `spec`'s RoPE on the layers it rescales)."
+    specs = native_layer_specs(model, spec)   # a model or spec it cannot honour is refused here, unchanged
+    native = spec.strip() == NATIVE           # the native specs set every length; an extension's may leave the trained one unset
+    plan = _native_plan(model, specs, _text_config(model).max_position_embeddings if native else rotary_facts(model).original_max_len)
+    _register_attention()
+    undo = []
+    ext = Extension(model, spec, None, undo, layer_specs=specs)
+    try:
+        _install(model, ext, plan, (), NATIVE_ATTENTION)
+        _own_temperature_off(model, [m for m, _ in plan], undo)
+    except BaseException:
+        ext.restore()
+        raise
+    return ext
+
+
 
 # %% ../nbs/13_pretrained.ipynb #f10535e7
 def hf_rope_parameters(spec: str, facts: RotaryFacts) -> dict:
@@ -654,7 +808,7 @@ def hf_twin(model, spec: str):
     cfg = copy.deepcopy(model.config)
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     old = _rope_params(text)
-    new = {**{k: old[k] for k in ("partial_rotary_factor",) if k in old}, **hf_rope_parameters(spec, facts)}
+    new = {**{k: old[k] for k in ("partial_rotary_factor", "llama_4_scaling_beta") if k in old}, **hf_rope_parameters(spec, facts)}
     text.rope_parameters = {**text.rope_parameters, GLOBAL_LAYERS: new} if _per_layer_type(text) else new
     L = parse_spec(spec)[1].get("original_max_len") or facts.original_max_len
     if new["rope_type"] == "dynamic": text.max_position_embeddings = L   # Hugging Face's dynamic NTK reads its trained length here
@@ -744,6 +898,51 @@ def family_check(family: str, specs: Sequence[str] = ("rope", "yarn:s=4")) -> di
     ids, mask = padded_batch()
     try: return {"features": extension_features(model), **{s: hf_agreement(model, s, ids, mask) for s in specs}}
     except ValueError as e: return {"refused": str(e)}
+
+# %% ../nbs/13_pretrained.ipynb #63dd1f80
+_NATIVE_TINY = dict(_TINY, num_key_value_heads=2, head_dim=16, max_position_embeddings=64)
+NATIVE_FAMILIES = {   # family: (config class, model class, settings over _NATIVE_TINY): windows, chunks and floors of 8 tokens
+    "SmolLM3": ("SmolLM3Config", "SmolLM3ForCausalLM", dict(num_hidden_layers=4, no_rope_layer_interval=4)),
+    "Gemma 3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
+        num_hidden_layers=6, sliding_window=8, rope_parameters={
+            "sliding_attention": dict(rope_type="default", rope_theta=10000.0),
+            "full_attention": dict(rope_type="linear", factor=8.0, rope_theta=1000000.0)})),
+    "Cohere2": ("Cohere2Config", "Cohere2ForCausalLM", dict(
+        num_hidden_layers=4, sliding_window=8, layer_types=["sliding_attention"] * 3 + ["full_attention"])),
+    "gpt-oss": ("GptOssConfig", "GptOssForCausalLM", dict(
+        num_hidden_layers=2, sliding_window=8, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=256,
+        rope_parameters=dict(rope_type="yarn", factor=4.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+                             original_max_position_embeddings=64, rope_theta=150000.0))),
+    "Llama 4 (text)": ("Llama4TextConfig", "Llama4ForCausalLM", dict(
+        num_hidden_layers=4, attention_chunk_size=8, intermediate_size_mlp=128, num_local_experts=2, floor_scale=8,
+        attn_scale=0.5)),
+    "Gemma 4 (text)": ("Gemma4TextConfig", "Gemma4ForCausalLM", dict(
+        num_hidden_layers=3, sliding_window=8, hidden_size_per_layer_input=16, vocab_size_per_layer_input=128,
+        layer_types=["sliding_attention"] * 2 + ["full_attention"])),
+    "Ministral 3": ("Ministral3Config", "Ministral3ForCausalLM", dict(
+        num_hidden_layers=2, rope_parameters=dict(
+            rope_type="yarn", rope_theta=1000000.0, factor=4.0, original_max_position_embeddings=16, beta_fast=32.0,
+            beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0, llama_4_scaling_beta=0.5))),
+}
+
+
+def tiny_native(family: str, seed: int = 0):
+    "A tiny random-weight Hugging Face model of `family` (a key of NATIVE_FAMILIES), eval mode, float32, its windows and chunks 8 tokens."
+    if family not in NATIVE_FAMILIES: raise ValueError(f"unknown family {family!r}; choose from {', '.join(NATIVE_FAMILIES)}")
+    tf = require_transformers()
+    cfg_name, model_name, over = NATIVE_FAMILIES[family]
+    torch.manual_seed(seed)
+    return getattr(tf, model_name)(getattr(tf, cfg_name)(**{**_NATIVE_TINY, **over})).eval()
+
+
+@torch.no_grad()
+def native_agreement(model, ids: Tensor, spec: str = NATIVE) -> float:
+    "Max |logit difference| between `model` extended by `spec` and Hugging Face's own (the model as shipped for 'native', else `hf_twin`)."
+    native_layer_specs(model, spec)   # what extend refuses is refused here, before Hugging Face's twin is built
+    ref = model if spec.strip() == NATIVE else hf_twin(model, spec)
+    want = ref(ids, use_cache=False).logits
+    with extend(model, spec): ours = model(ids, use_cache=False).logits
+    return (ours - want).abs().max().item()
 
 # %% ../nbs/13_pretrained.ipynb #f6e1a9cf
 PASSKEY_INTRO = ("There is a pass key hidden inside a lot of irrelevant text. Find it and remember it: "
