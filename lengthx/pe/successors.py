@@ -17,8 +17,9 @@ from torch import Tensor, nn
 from ..attention import PE, PEContext, Positions, WrappedPE, causal_mask, register_pe
 
 # %% auto #0
-__all__ = ['forget_gate', 'fox_bias', 'fox_attention', 'FoX', 'stick_breaking_weights', 'stick_breaking_attention',
-           'stick_breaking_normalize', 'StickBreaking', 'SinkPE', 'householder', 'path_logits']
+__all__ = ['forget_gate', 'fox_bias', 'fox_attention', 'fox_score_mod', 'FoX', 'stick_breaking_weights',
+           'stick_breaking_attention', 'stick_breaking_normalize', 'StickBreaking', 'SinkPE', 'householder',
+           'path_logits']
 
 # %% ../../nbs/44_successors.ipynb #05d2b2ba
 def forget_gate(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
@@ -39,6 +40,14 @@ def fox_attention(q: Tensor, k: Tensor, v: Tensor, log_f: Tensor) -> Tensor:
     return s.masked_fill(~causal_mask(T, T, q.device), float("-inf")).softmax(-1) @ v
 
 # %% ../../nbs/44_successors.ipynb #9f519e01
+def fox_score_mod(c: Tensor, inner: Optional[Callable]) -> Callable:
+    "FlexAttention score_mod for FoX: c at the query minus c at the key (c [B, H, T]), after the inner one; no T×T tensor."
+    def mod(s, b, h, qi, ki):
+        if inner is not None: s = inner(s, b, h, qi, ki)
+        return s + (c[b, h, qi] - c[b, h, ki]).to(s.dtype)
+    return mod
+
+# %% ../../nbs/44_successors.ipynb #dc9ecbb7
 class FoX(WrappedPE):
     "The Forgetting Transformer: per layer and head a forget gate f_t = σ(w·x_t + b) from the layer input; logits + c_i − c_j, c = Σ log f."
     def __init__(self, ctx: PEContext, inner: PE):
@@ -65,13 +74,9 @@ class FoX(WrappedPE):
         return d + (inner[None] if inner.dim() == 3 else inner).to(d.dtype)
 
     def score_mod(self, pos: Positions, layer: int = 0) -> Callable:
-        "FlexAttention: c at the query minus c at the key, after the inner score_mod (no T×T tensor)."
+        "FlexAttention: FoX's c_i − c_j after the inner PE's score_mod."
         inner = self.inner.score_mod(pos, layer) if self.inner.uses_bias else None
-        c = rearrange(pos.gate, "b t h -> b h t")
-        def mod(s, b, h, qi, ki):
-            if inner is not None: s = inner(s, b, h, qi, ki)
-            return s + (c[b, h, qi] - c[b, h, ki]).to(s.dtype)
-        return mod
+        return fox_score_mod(rearrange(pos.gate, "b t h -> b h t"), inner)
 
     @property
     def bias_per_layer(self) -> bool: return True   # each layer has its own gates
