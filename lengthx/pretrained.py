@@ -48,11 +48,11 @@ __all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'KNOWN_GGUF'
            'check_forward_cost', 'lm_perplexity', 'model_spec', 'rotary_pe', 'half_to_interleaved', 'rotary_layout',
            'LayerPE', 'sink_softmax', 'lengthx_attention', 'IdentityRotary', 'causal_padding_mask', 'Extension',
            'extend', 'split_layer_spec', 'scaled_layers', 'native_layer_specs', 'extend_native', 'hf_rope_parameters',
-           'hf_twin', 'tiny_hf', 'hf_agreement', 'padded_batch', 'extension_features', 'family_check', 'tiny_native',
-           'native_agreement', 'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer',
-           'passkey_grid', 'self_extend_reach', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid',
-           'finetune', 'grid_curves', 'attention_shaped_llama', 'extension_calls', 'controls', 'best_candidates',
-           'smollm2_rows', 'parts_grid']
+           'hf_twin', 'random_hf', 'tiny_hf', 'hf_agreement', 'padded_batch', 'extension_features', 'family_check',
+           'tiny_native', 'native_agreement', 'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial',
+           'greedy_answer', 'passkey_grid', 'self_extend_reach', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row',
+           'pretrained_grid', 'finetune', 'grid_curves', 'attention_shaped_llama', 'extension_calls', 'controls',
+           'best_candidates', 'smollm2_rows', 'parts_grid']
 
 # %% ../nbs/13_pretrained.ipynb #2e54b631
 SMOLLM2 = "smollm2-135m"
@@ -518,6 +518,11 @@ def sink_softmax(scores: Tensor, sink: Tensor) -> Tensor:
     return torch.cat([scores, col], dim=-1).softmax(-1)[..., :-1]
 
 
+def _counts_slots(module: nn.Module) -> bool:
+    "Does HF's own layer count cache slots, not position ids, for its chunks and temperature (Llama 4)?"
+    return getattr(getattr(module, "config", None), "model_type", None) == "llama4_text"
+
+
 def lengthx_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask, scaling: float,
                       dropout: float = 0.0, **kwargs):
     "A Hugging Face attention function: lengthx's layout, rotation and logits, with the model's mask, window, soft-cap and scale."
@@ -536,6 +541,9 @@ def lengthx_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
     if kwargs.get("position_ids") is None and seen is not None and seen.shape[-1] == Tq:   # absolute positions: chunks, temperature
         kwargs = {**kwargs, "position_ids": seen}
     pq, pk = _positions(kwargs, B, Tq, Tk, q.device, attention_mask)
+    if lp.native and _counts_slots(module) and Tq == Tk and not bool((pq == torch.arange(Tk, device=pq.device)).all()):
+        raise ValueError("extend(model, 'native') on Llama 4 needs position_ids equal to the cache slots (arange(T) + past): "
+                         "HF's chunks and temperature count slots, lengthx's read the positions")
     pe, softcap, window = lp.pe or lp.nope, kwargs.get("softcap"), kwargs.get("sliding_window")
     causal = getattr(module, "is_causal", True)
     own = attention_mask is None and not softcap and not (window and Tk > window)   # lengthx's own paths can run it
@@ -705,8 +713,9 @@ def native_layer_specs(model, spec: str = NATIVE) -> list[str]:
     specs = hf_layer_pattern(cfg)
     if spec.strip() == NATIVE: return specs
     if cfg.model_type == "gemma4_text":
-        raise ValueError(f"{name}'s global layers rotate a quarter of their pairs (proportional RoPE) and lengthx has no rule "
-                         f"for which pairs {spec!r} should rotate there: only extend(model, {NATIVE!r}) applies to it")
+        raise ValueError(f"{name}'s global layers rotate only their fastest pairs (proportional RoPE) and Hugging Face has no "
+                         f"rope type that puts {spec!r} on proportional RoPE, so there is nothing to agree with: only "
+                         f"extend(model, {NATIVE!r}) applies to it")
     facts = rotary_facts(model)
     rotary_pe(spec, facts)   # a one-line error unless it is a rotary spec of the model's width
     full = model_spec(spec, facts)
@@ -847,14 +856,19 @@ _OWN = {"GPT-2": dict(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_position
         "BLOOM": dict(n_layer=2, hidden_size=64, n_head=4, vocab_size=128)}
 
 
+def random_hf(table: dict, family: str, settings: dict, seed: int = 0):
+    "A random-weight Hugging Face causal LM of `family`, a key of `table` (config class, model class, …), built from `settings`, eval mode."
+    if family not in table: raise ValueError(f"unknown family {family!r}; choose from {', '.join(table)}")
+    tf = require_transformers()
+    cfg_name, model_name = table[family][:2]
+    torch.manual_seed(seed)
+    return getattr(tf, model_name)(getattr(tf, cfg_name)(**settings)).eval()
+
+
 def tiny_hf(family: str, seed: int = 0):
     "A tiny random-weight Hugging Face causal LM of `family` (a key of TINY_FAMILIES), in eval mode, float32."
-    if family not in TINY_FAMILIES: raise ValueError(f"unknown family {family!r}; choose from {', '.join(TINY_FAMILIES)}")
-    tf = require_transformers()
-    cfg_name, model_name, over = TINY_FAMILIES[family]
-    torch.manual_seed(seed)
-    cfg = getattr(tf, cfg_name)(**(_OWN[family] if over is None else {**_TINY, **over}))
-    return getattr(tf, model_name)(cfg).eval()
+    over = TINY_FAMILIES[family][2] if family in TINY_FAMILIES else {}
+    return random_hf(TINY_FAMILIES, family, _OWN[family] if over is None else {**_TINY, **over}, seed)
 
 
 @torch.no_grad()
@@ -928,11 +942,8 @@ NATIVE_FAMILIES = {   # family: (config class, model class, settings over _NATIV
 
 def tiny_native(family: str, seed: int = 0):
     "A tiny random-weight Hugging Face model of `family` (a key of NATIVE_FAMILIES), eval mode, float32, its windows and chunks 8 tokens."
-    if family not in NATIVE_FAMILIES: raise ValueError(f"unknown family {family!r}; choose from {', '.join(NATIVE_FAMILIES)}")
-    tf = require_transformers()
-    cfg_name, model_name, over = NATIVE_FAMILIES[family]
-    torch.manual_seed(seed)
-    return getattr(tf, model_name)(getattr(tf, cfg_name)(**{**_NATIVE_TINY, **over})).eval()
+    over = NATIVE_FAMILIES[family][2] if family in NATIVE_FAMILIES else {}
+    return random_hf(NATIVE_FAMILIES, family, {**_NATIVE_TINY, **over}, seed)
 
 
 @torch.no_grad()

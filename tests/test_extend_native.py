@@ -154,3 +154,25 @@ def test_left_padded_batches(models):
             want = m(ids, attention_mask=mask, use_cache=False).logits
             with extend(m, "native"): got = m(ids, attention_mask=mask, use_cache=False).logits
         assert (got - want)[mask.bool()].abs().max() < TOL, family
+
+
+def test_llama4_position_ids_other_than_the_slots_are_refused(models):
+    "HF's Llama 4 counts cache slots for chunks and temperature and reads position_ids for RoPE: shifted ids are refused."
+    m = models["Llama 4 (text)"]
+    shifted = torch.arange(T)[None].expand(2, T) + 5
+    with extend(m, "native"), pytest.raises(ValueError, match="cache slots"): m(IDS, position_ids=shifted, use_cache=False)
+    with torch.no_grad():   # the slots themselves, passed explicitly, still agree with HF
+        want = m(IDS, position_ids=torch.arange(T)[None].expand(2, T), use_cache=False).logits
+        with extend(m, "native"): got = m(IDS, position_ids=torch.arange(T)[None].expand(2, T), use_cache=False).logits
+    assert (got - want).abs().max() < TOL
+
+
+def test_hf_rope_spec_reads_llama3_and_refuses_an_unread_proportional_factor():
+    from lengthx.pe.current import hf_rope_spec
+    spec = hf_rope_spec(dict(rope_type="llama3", rope_theta=500000.0, factor=16.0, original_max_position_embeddings=8192,
+                             low_freq_factor=1.0, high_freq_factor=4.0))
+    assert spec.startswith("llama3:s=16") and "original_max_len=8192" in spec
+    build_pe(spec, n_heads=4, head_dim=16)   # a spec lengthx accepts
+    assert hf_rope_spec(dict(rope_type="proportional", rope_theta=1e6, partial_rotary_factor=0.25)) == "prope:p=0.25:base=1000000"
+    with pytest.raises(ValueError, match="factor"):
+        hf_rope_spec(dict(rope_type="proportional", rope_theta=1e6, partial_rotary_factor=0.25, factor=8.0))

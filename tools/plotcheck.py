@@ -94,20 +94,25 @@ def look_alike_lines(fig) -> list[str]:
     return bad
 
 
+def _log_axes(fig):
+    "(index, axes, 'x' or 'y', axis) for every visible log-scaled axis of `fig`, the figure drawn first (tick labels exist only then)."
+    found = [(i, ax, name, axis) for i, ax in enumerate(fig.axes) for name, axis in (("x", ax.xaxis), ("y", ax.yaxis))
+             if axis.get_scale() == "log" and axis.get_visible() and ax.axison]
+    if found: fig.canvas.draw()
+    return found
+
+
 def unreadable_log_axes(fig, need: int = MIN_LOG_LABELS) -> list[str]:
     "One description per log-scaled axis of `fig` labelled at fewer than `need` ticks inside its view."
-    bad, drawn = [], False
-    for i, ax in enumerate(fig.axes):
-        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
-            if axis.get_scale() != "log" or not axis.get_visible() or not ax.axison: continue
-            if not drawn: fig.canvas.draw(); drawn = True      # tick labels are only known once drawn
-            lo, hi = sorted(axis.get_view_interval())
-            labels = {round(float(t.get_position()[0 if name == "x" else 1]), 12) for t in axis.get_ticklabels(minor=False) +
-                      axis.get_ticklabels(minor=True) if t.get_text().strip() and t.get_visible()}
-            n = sum(lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9) for v in labels)
-            shared = getattr(ax, f"get_shared_{name}_axes")().get_siblings(ax)
-            if n == 0 and len(shared) > 1: continue     # a shared axis labelled on its sibling (checked in its own turn)
-            if n < need: bad.append(f"{ax.get_title() or f'axes {i}'!r}: log {name} axis from {lo:g} to {hi:g} labelled at {n} tick(s)")
+    bad = []
+    for i, ax, name, axis in _log_axes(fig):
+        lo, hi = sorted(axis.get_view_interval())
+        labels = {round(float(t.get_position()[0 if name == "x" else 1]), 12) for t in axis.get_ticklabels(minor=False) +
+                  axis.get_ticklabels(minor=True) if t.get_text().strip() and t.get_visible()}
+        n = sum(lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9) for v in labels)
+        shared = getattr(ax, f"get_shared_{name}_axes")().get_siblings(ax)
+        if n == 0 and len(shared) > 1: continue     # a shared axis labelled on its sibling (checked in its own turn)
+        if n < need: bad.append(f"{ax.get_title() or f'axes {i}'!r}: log {name} axis from {lo:g} to {hi:g} labelled at {n} tick(s)")
     return bad
 
 
@@ -116,14 +121,11 @@ POWER_LABEL = re.compile(r"(?<![0-9.])([0-9]+(?:\.[0-9]+)?|e)\s*\^")   # "2^{6}"
 
 def power_tick_labels(fig) -> list[str]:
     "One description per log axis of `fig` with a visible tick label written as a power of a base other than ten."
-    bad, drawn = [], False
-    for i, ax in enumerate(fig.axes):
-        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
-            if axis.get_scale() != "log" or not axis.get_visible() or not ax.axison: continue
-            if not drawn: fig.canvas.draw(); drawn = True      # tick labels are only known once drawn
-            texts = [t.get_text() for t in axis.get_ticklabels(minor=False) + axis.get_ticklabels(minor=True) if t.get_visible()]
-            powers = [t for t in texts if any(b != "10" for b in POWER_LABEL.findall(t))]
-            if powers: bad.append(f"{ax.get_title() or f'axes {i}'!r}: log {name} axis labelled {powers[0]!r}")
+    bad = []
+    for i, ax, name, axis in _log_axes(fig):
+        texts = [t.get_text() for t in axis.get_ticklabels(minor=False) + axis.get_ticklabels(minor=True) if t.get_visible()]
+        powers = [t for t in texts if any(b != "10" for b in POWER_LABEL.findall(t))]
+        if powers: bad.append(f"{ax.get_title() or f'axes {i}'!r}: log {name} axis labelled {powers[0]!r}")
     return bad
 
 

@@ -213,11 +213,17 @@ def _num(v: float) -> str:
 
 
 def hf_rope_spec(rp: dict) -> str:
-    "The lengthx spec of one Hugging Face `rope_parameters` dict (default, linear, yarn, proportional)."
+    "The lengthx spec of one Hugging Face `rope_parameters` dict (default, linear, llama3, yarn, proportional)."
     kind, base = rp.get("rope_type", rp.get("type", "default")), _num(rp["rope_theta"])
     if kind == "default": return f"rope:base={base}"
     if kind == "linear": return f"rope:base={base}:pi={_num(rp['factor'])}"
-    if kind == "proportional": return f"prope:p={_num(rp.get('partial_rotary_factor', 1.0))}:base={base}"
+    if kind == "proportional":
+        if float(rp.get("factor", 1.0)) != 1.0:   # HF divides every frequency by it; prope has no such option: refuse, never drop it
+            raise ValueError(f"proportional rope_parameters with factor {rp['factor']} have no lengthx spec here (prope takes no factor)")
+        return f"prope:p={_num(rp.get('partial_rotary_factor', 1.0))}:base={base}"
+    if kind == "llama3":
+        return (f"llama3:s={_num(rp['factor'])}:base={base}:original_max_len={rp['original_max_position_embeddings']}"
+                f":low_freq_factor={_num(rp['low_freq_factor'])}:high_freq_factor={_num(rp['high_freq_factor'])}")
     if kind == "yarn":
         opts = [f"s={_num(rp['factor'])}", f"base={base}", f"original_max_len={rp['original_max_position_embeddings']}",
                 f"beta_fast={_num(rp.get('beta_fast') or 32)}", f"beta_slow={_num(rp.get('beta_slow') or 1)}"]
@@ -225,7 +231,7 @@ def hf_rope_spec(rp: dict) -> str:
         if rp.get("mscale") and rp.get("mscale_all_dim"):
             opts += [f"mscale={_num(rp['mscale'])}", f"mscale_all_dim={_num(rp['mscale_all_dim'])}"]
         return "yarn_hf:" + ":".join(opts)
-    raise ValueError(f"rope_type {kind!r} has no lengthx spec here; known: default, linear, proportional, yarn")
+    raise ValueError(f"rope_type {kind!r} has no lengthx spec here; known: default, linear, llama3, proportional, yarn")
 
 
 def hf_layer_pattern(config) -> list[str]:
