@@ -23,8 +23,8 @@ __all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES
            'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather', 'level', 'growth', 'yardstick', 't975',
            'paired_interval', 'Comparison', 'values_of', 'compare', 'window_ppl', 'compare_windows', 'Claim',
            'LedgerRow', 'side', 'judge', 'log_ratios', 'log_interval', 'read_claim', 'gpu_presets', 'ledger',
-           'ledger_table', 'setup_steps', 'seed_spread', 'schedule_table', 'payload_sha256', 'experiment_files',
-           'reads_line', 'reads', 'claims_about', 'chapter_ledger']
+           'seed_list', 'ledger_table', 'setup_steps', 'seed_spread', 'schedule_table', 'payload_sha256',
+           'experiment_files', 'reads_line', 'reads', 'claims_about', 'chapter_ledger']
 
 # %% ../nbs/57_evidence.ipynb #d5c5209f
 LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape", "successors")        # units whose rows are trained language models, `spec|seed=N`
@@ -597,13 +597,23 @@ def _iv(iv: Optional[tuple]) -> str:
     return "—" if iv is None else f"[{iv[0]:+.3f}, {iv[1]:+.3f}]"
 
 
+def seed_list(seeds: Sequence[int]) -> str:
+    "Seeds for a table cell: a run written as a range (0–4), anything else listed."
+    s = sorted(seeds)
+    if not s: return "no seeds"
+    if len(s) == 1: return f"seed {s[0]}"
+    if len(s) > 2 and s == list(range(s[0], s[-1] + 1)): return f"seeds {s[0]}–{s[-1]}"
+    return "seeds " + ", ".join(map(str, s))
+
+
 def ledger_table(rows: Sequence[LedgerRow]) -> str:
-    "The ledger as a markdown table."
-    out = ["| paper | where | claim | measure | paper's numbers | book | seeds | 95% interval of ln(a/b) per byte | verdict | why | GPU |",
-           "|---" * 11 + "|"]
+    "The ledger as a five-column markdown table (claim, paper, book, interval, verdict), so it reads at a page's width."
+    out = ["| claim (source; measure) | paper | book | 95% interval of ln(a/b) | verdict, and why |", "|---" * 5 + "|"]
     for r in rows:
-        out.append(f"| {r.paper} | {r.where} | {r.claim} | {r.metric.split(';')[0]} | {r.paper_numbers} | {r.book} | "
-                   f"{', '.join(map(str, r.seeds)) or '—'} | {_iv(r.interval)} | **{r.verdict}** | {r.why} | {r.gpu} |")
+        src = r.where if r.paper.lower() in r.where.lower() else f"{r.paper}, {r.where}"
+        gpu = "" if r.gpu == "—" else f"; GPU: {r.gpu}"
+        out.append(f"| **{r.claim}** — {src}; {r.metric.split(';')[0]} | {r.paper_numbers} | {r.book} | "
+                   f"{_iv(r.interval)} ({seed_list(r.seeds)}) | **{r.verdict}**: {r.why}{gpu} |")
     return "\n".join(out)
 
 # %% ../nbs/57_evidence.ipynb #0a6ffbbc

@@ -24,3 +24,12 @@ def test_the_note_is_shown_in_why_and_changes_no_verdict():
     assert "(paper: X; here: Y)" in a.why and "paper: X" not in b.why
     assert (a.verdict, a.interval, a.seeds) == (b.verdict, b.interval, b.seeds)
     assert "paper: X; here: Y" in E.ledger_table([a])
+
+
+def test_the_ledger_table_has_five_columns_a_seed_range_and_the_gpu_reading_only_when_there_is_one():
+    recs = [che(0, 0.95, 0.60), che(1, 0.90, 0.62), che(2, 0.97, 0.55)]
+    row = E.ledger(recs, [CLAIM])[0]
+    lines = E.ledger_table([row, dataclasses.replace(row, gpu="reproduced (gpu, 3 seeds)")]).splitlines()
+    assert all(line.count("|") == 6 for line in lines)               # five columns: it fits a page's width
+    assert "seeds 0–2" in lines[2] and "GPU" not in lines[2] and "GPU: reproduced (gpu, 3 seeds)" in lines[3]
+    assert E.seed_list([4, 0, 2]) == "seeds 0, 2, 4" and E.seed_list([1]) == "seed 1" and E.seed_list([]) == "no seeds"

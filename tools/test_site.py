@@ -1,7 +1,7 @@
 """Test the built site (`_docs/`) in a real headless Chromium, with every other host refused.
 
     python tools/test_site.py                     # after python tools/build_site.py
-    python tools/test_site.py --screens DIR       # also save screenshots of the index and the KERPLE chapter
+    python tools/test_site.py --screens DIR       # also save screenshots (SCREENS: the index and the chapters rebuilt as pages that teach)
     python tools/test_site.py --allow-missing     # while developing: sidebar pages with no notebook are skipped
 
 Serves the site on 127.0.0.1 from a thread, drives Debian's `chromium` through Playwright (from PyPI;
@@ -153,6 +153,13 @@ def content_checks(page, p: str, r: Results) -> None:
     r.check(f"{p}: no test-runner comment in shown code", not marks, ", ".join(marks))
 
 
+# pages saved by --screens (the site's width, 1400 px): the index and the chapters rebuilt idea first
+SCREENS = {"index.html": "index.png", "21_kerple.html": "kerple.png", "10_rope.html": "rope.png",
+           "12_context_extension.html": "context_extension.png", "13_pretrained.html": "pretrained.png",
+           "43_dape_fast.html": "dape_fast.png", "70_experiments.html": "experiments.png",
+           "24_learned_relative.html": "learned_relative.png", "25_window.html": "window.png"}
+
+
 def page_checks(browser, base: str, pages: list[str], r: Results, screens: Path | None) -> None:
     "Per sidebar page: exists, math typeset, images shown, no failed local request, no JS error, no foreign host, links to every chapter."
     host = urlsplit(base).netloc
@@ -191,10 +198,11 @@ def page_checks(browser, base: str, pages: list[str], r: Results, screens: Path 
         links = set(page.evaluate(PAGE_JS["links"]))
         missing = sorted(u.rsplit("/", 1)[1] for u in expected - links - {f"{base}/{p}"})
         r.check(f"{p}: links to every chapter", not missing, f"no link to {missing}")
-        if screens and p in ("index.html", "21_kerple.html"):
+        if screens and p in SCREENS:
             screens.mkdir(parents=True, exist_ok=True)
             page.evaluate("window.scrollTo(0, 0)")
-            page.screenshot(path=str(screens / ("index.png" if p == "index.html" else "kerple.png")))
+            page.screenshot(path=str(screens / SCREENS[p]))                          # the first screen, as a reader lands
+            page.screenshot(path=str(screens / SCREENS[p].replace(".png", "_full.png")), full_page=True)
         ctx.close()
 
 
@@ -287,7 +295,7 @@ def self_test(site: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--site", type=Path, default=ROOT / settings().get("doc_path", "_docs"))
-    ap.add_argument("--screens", type=Path, default=None, help="save index.png and kerple.png here")
+    ap.add_argument("--screens", type=Path, default=None, help="save the first screen and the full page of each page in SCREENS here")
     ap.add_argument("--allow-missing", action="store_true", help="skip sidebar pages whose notebook does not exist")
     ap.add_argument("--self-test", action="store_true", help="show each content check failing on a page made bad on purpose")
     a = ap.parse_args(argv)
