@@ -29,11 +29,12 @@ except ImportError:
     triton = tl = InterpretedFunction = None
 
 # %% auto #0
-__all__ = ['CPP_SOURCE', 'KERNEL_ENV', 'BUILD_FLAGS', 'REFINE_TOL', 'LAUNCH', 'SM90_SHARED', 'kernel_enabled', 'kernel_mode',
-           'eager_refine', 'cpu_kernel', 'build_info', 'visible_counts', 'kernel_weights', 'fold_bias_weights',
-           'variant_operands', 'cpu_refine_forward', 'cpu_refine_backward', 'FusedRefine', 'kernel_ready', 'f_weights',
-           'fused_refine', 'triton_kernels', 'triton_refine_forward', 'triton_refine_backward', 'default_stages',
-           'kernel_shared_bytes', 'weights_enabled', 'bias_operand', 'cpu_attend_forward', 'fused_weights']
+__all__ = ['CPP_SOURCE', 'KERNEL_ENV', 'BUILD_FLAGS', 'REFINE_TOL', 'LAUNCH', 'SM90_SHARED', 'PAPER_MS', 'PAPER_SHAPES',
+           'kernel_enabled', 'kernel_mode', 'eager_refine', 'cpu_kernel', 'build_info', 'visible_counts',
+           'kernel_weights', 'fold_bias_weights', 'variant_operands', 'cpu_refine_forward', 'cpu_refine_backward',
+           'FusedRefine', 'kernel_ready', 'f_weights', 'fused_refine', 'triton_kernels', 'triton_refine_forward',
+           'triton_refine_backward', 'default_stages', 'kernel_shared_bytes', 'weights_enabled', 'bias_operand',
+           'cpu_attend_forward', 'fused_weights', 'paper_ratios']
 
 # %% ../../nbs/43_dape_fast.ipynb #882b105c
 CPP_SOURCE = r"""#include <algorithm>
@@ -877,3 +878,20 @@ def fused_weights(f: nn.Module, q: Tensor, k: Tensor, scale: float, bias, mask: 
     w1, gamma, channels = variant_operands(w1, q.shape[1], bias is not None, variant)
     raw = torch.matmul(q, k.transpose(-1, -2)).contiguous()
     return cpu_attend_forward(raw, bias, lim.contiguous(), w1.contiguous(), b1, w2, b2, gamma, f.slope, scale, channels)
+
+# %% ../../nbs/43_dape_fast.ipynb #f0ab77ec
+PAPER_MS = {   # ms, batch 1, training length 512, D = 32: DAPE (Zheng et al., 2024) Table 1; CDAPE-Kerple from CDAPE Table 8
+    "350M": {"Kerple": 189.91, "DAPE-Kerple": 224.22, "CDAPE-Kerple": 252.84},
+    "2.7B": {"Kerple": 370.32, "DAPE-Kerple": 422.48, "CDAPE-Kerple": 451.29},
+    "6.7B": {"Kerple": 661.82, "DAPE-Kerple": 717.46, "CDAPE-Kerple": 742.10}}
+PAPER_SHAPES = {   # 350M: the papers' own table of configurations; 2.7B, 6.7B: GPT-3's sizes (assumed, not stated by the papers)
+    "350M": dict(n_layer=24, n_head=16, d_model=1024),
+    "2.7B": dict(n_layer=32, n_head=32, d_model=2560),
+    "6.7B": dict(n_layer=32, n_head=32, d_model=4096)}
+
+
+def paper_ratios(size: str) -> dict:
+    "DAPE-Kerple's and CDAPE-Kerple's time over Kerple's at one of the papers' sizes, computed from their milliseconds."
+    if size not in PAPER_MS: raise ValueError(f"the papers time the sizes {', '.join(PAPER_MS)}; got {size!r}")
+    ms = PAPER_MS[size]
+    return {n: ms[n] / ms["Kerple"] for n in ("DAPE-Kerple", "CDAPE-Kerple")}
