@@ -613,10 +613,10 @@ def round_ratios(res: dict, name: str, ref: str) -> dict:
 
 
 def window_calls(T: int, w: int = 64, inner: str = "kerple_log", preset: str = "tiny") -> dict:
-    "One forward each at T tokens: a fresh `preset` model with `inner`, and with `window:w=…:inner` as a band and with parts off (the window as a bias on the inner's path)."
+    "One forward each at T tokens: a fresh `preset` model with `inner`; with `window:w=…:inner` as a band (the default); and as a bias (parts off: all T² logits, the window added to them)."
     torch.manual_seed(0)
     plain, win = lengthx_model(inner, preset, T).eval(), lengthx_model(f"window:w={w}:{inner}", preset, T).eval()
     idx = torch.randint(0, 256, (1, T))
-    def before():
+    def window_as_bias():
         with parts_off(): win(idx)
-    return {inner: lambda: plain(idx), "window (band)": lambda: win(idx), "window (parts off)": before}
+    return {inner: lambda: plain(idx), "window (band)": lambda: win(idx), "window (parts off)": window_as_bias}

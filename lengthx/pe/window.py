@@ -12,13 +12,13 @@ from torch import Tensor
 
 from typing import Optional
 
-from ..attention import PE, PEContext, Positions, WrappedPE, band_attend, consecutive, index_offset, register_pe
+from ..attention import Opt, PE, PEContext, Positions, WrappedPE, band_attend, consecutive, index_offset, register_pe
 from .bias import relative_positions, squeeze_batch
 
 # %% auto #0
-__all__ = ['WINDOW_NEG', 'window_bias', 'WindowPE', 'with_window']
+__all__ = ['WINDOW_NEG', 'window_bias', 'window_score_mod', 'window_band', 'WindowPE', 'with_window']
 
-# %% ../../nbs/25_window.ipynb #3d7f2e53
+# %% ../../nbs/25_window.ipynb #876aff64
 WINDOW_NEG = -1.0e4   # the logit added beyond the window: exp(-1e4) == 0 in float32/bf16/fp16
 
 
@@ -26,11 +26,27 @@ def window_bias(pos_q: Positions, pos_k: Positions, w: int) -> Tensor:
     "0 where |p_i − p_j| < w, WINDOW_NEG elsewhere: [B', Tq, Tk] (B' = 1 when rows share positions)."
     return (relative_positions(pos_q, pos_k).abs() >= w).float() * WINDOW_NEG
 
+# %% ../../nbs/25_window.ipynb #2902560c
+def window_score_mod(inner: Optional[Callable], tok: Tensor, w: int) -> Callable:
+    "A FlexAttention score_mod: `inner`'s (if any), then WINDOW_NEG where |p_q − p_k| ≥ w (tok: token positions [B, T])."
+    def mod(s, b, h, qi, ki):
+        if inner is not None: s = inner(s, b, h, qi, ki)
+        return torch.where((tok[b, qi] - tok[b, ki]).abs() >= w, s + WINDOW_NEG, s)
+    return mod
 
+# %% ../../nbs/25_window.ipynb #0ce1292c
+def window_band(q: Tensor, k: Tensor, v: Tensor, inner: PE, pos_q: Positions, pos_k: Positions, scale: float,
+                causal: bool, w: int, layer: int = 0) -> Optional[Tensor]:
+    "Attention inside the window only, as a band of indices (`band_attend`), the inner bias on the band alone; None where that is not possible."
+    o = index_offset(pos_q, pos_k)
+    if o is None or inner.uses_logits or inner.uses_value: return None
+    bias = (lambda s, e, j0, j1: inner.bias(pos_q[s:e], pos_k[j0:j1], layer)) if inner.uses_bias else None
+    relative = inner.uses_bias and inner.toeplitz(pos_q) and inner.toeplitz(pos_k)
+    return band_attend(q, k, v, scale, 0 if causal else 1 - w, w - 1, o, bias=bias, bias_relative=relative)[0]
+
+# %% ../../nbs/25_window.ipynb #57d31d52
 class WindowPE(WrappedPE):
     "Window attention around any bias/rotary/absolute PE: keys at distance >= w get a −1e4 logit."
-    @property
-    def relative_bias(self) -> bool: return not self.inner.uses_bias or self.inner.relative_bias   # the window is one
     def __init__(self, ctx: PEContext, inner: PE, w: int):
         super().__init__(ctx, inner)
         if int(w) != w or w < 1: raise ValueError(f"the window w must be a positive integer, got {w!r}")
@@ -38,6 +54,9 @@ class WindowPE(WrappedPE):
             raise ValueError(f"window cannot wrap {inner.spec!r}: it refines the logits with a network that reads "
                              "the bias, and a -1e4 window is not a bias that network was trained on")
         self.w = int(w)
+
+    @property
+    def relative_bias(self) -> bool: return not self.inner.uses_bias or self.inner.relative_bias   # the window is one
 
     def bias(self, pos_q: Positions, pos_k: Positions, layer: int = 0) -> Tensor:
         "The inner bias (if any) plus the window's −1e4 beyond distance w: [H, Tq, Tk] or [B, H, Tq, Tk]."
@@ -49,21 +68,12 @@ class WindowPE(WrappedPE):
 
     def score_mod(self, pos: Positions, layer: int = 0) -> Callable:
         "Closed form for FlexAttention: the inner score_mod, then −1e4 where |p_q − p_k| >= w."
-        inner = self.inner.score_mod(pos, layer) if self.inner.uses_bias else None
-        tok, w = pos.token, self.w
-        def mod(s, b, h, qi, ki):
-            if inner is not None: s = inner(s, b, h, qi, ki)
-            return torch.where((tok[b, qi] - tok[b, ki]).abs() >= w, s + WINDOW_NEG, s)
-        return mod
+        return window_score_mod(self.inner.score_mod(pos, layer) if self.inner.uses_bias else None, pos.token, self.w)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, pos_q: Positions, pos_k: Positions, scale: float, causal: bool,
                layer: int = 0) -> Optional[Tensor]:
-        "The window as a band: each block of queries against only the keys within distance w, the inner bias on that band alone."
-        o, inner = index_offset(pos_q, pos_k), self.inner
-        if o is None or inner.uses_logits or inner.uses_value: return None   # positions not one run, or a changed product: the dense steps
-        bias = (lambda s, e, j0, j1: inner.bias(pos_q[s:e], pos_k[j0:j1], layer)) if inner.uses_bias else None
-        return band_attend(q, k, v, scale, 0 if causal else 1 - self.w, self.w - 1, o, bias=bias,
-                           bias_relative=inner.uses_bias and inner.toeplitz(pos_q) and inner.toeplitz(pos_k))[0]
+        "The window as a band (`window_band`); None sends attention to the dense steps."
+        return window_band(q, k, v, self.inner, pos_q, pos_k, scale, causal, self.w, layer)
 
     def toeplitz(self, pos: Positions) -> bool:
         "A relative inner bias (or none) plus the window, on consecutive positions: Toeplitz, so a model lays its mask out from 2T − 1 offsets."
@@ -71,10 +81,7 @@ class WindowPE(WrappedPE):
 
     def extra_repr(self) -> str: return f"spec={self.spec!r}, w={self.w}"
 
-
-from ..attention import Opt   # declares each option's type, default and range for register_pe
-
-
+# %% ../../nbs/25_window.ipynb #c551b157
 @register_pe("window", wraps=True, examples=["window:w=64:kerple_log", "window:w=4:nope", "window:w=8:alibi",
                                              "window:w=4:rope", "window:w=6:kerple_biaswt"], options=[
     Opt("w", int, 64, "keys at distance ≥ w get a −1e4 logit", lo=1, hi=10**9, example=8)])
