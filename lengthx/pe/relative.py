@@ -157,7 +157,6 @@ class ShawPE(PE):
     def extra_repr(self) -> str: return f"spec={self.spec!r}, clip={self.clip}, value={self.with_value}"
 
 # %% ../../nbs/24_learned_relative.ipynb #cac54f9b
-#| code-fold: true
 from ..attention import Opt   # declares each option's type, default and range for register_pe
 
 
