@@ -5,7 +5,7 @@
 # %% ../../nbs/24_learned_relative.ipynb #62e2d964
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor, nn
@@ -15,7 +15,7 @@ from .bias import relative_positions
 
 # %% auto #0
 __all__ = ['shaw_index', 'shaw_key_scores', 'shaw_value_term', 'sinusoid_table', 'rel_skew', 'txl_rel_shift',
-           'per_pair_is_smaller', 'TransformerXLPE', 'ShawPE']
+           'per_pair_is_smaller', 'txl_position_scores', 'TransformerXLPE', 'ShawPE']
 
 # %% ../../nbs/24_learned_relative.ipynb #55d0a303
 def shaw_index(pos_q: Positions, pos_k: Positions, clip: int) -> Tensor:
@@ -60,7 +60,7 @@ def txl_rel_shift(x: Tensor) -> Tensor:
     padded = torch.cat([pad, x], dim=1).view(x.shape[1] + 1, x.shape[0], *x.shape[2:])
     return padded[1:].view_as(x)
 
-# %% ../../nbs/24_learned_relative.ipynb #eca9f850
+# %% ../../nbs/24_learned_relative.ipynb #7bcc6eec
 def _shared_offset(pos_q: Positions, pos_k: Positions) -> Optional[int]:
     "q₀ − k₀ when every row of both position sets is consecutive and all rows share it (then the relative shift applies), else None."
     if not (consecutive(pos_q) and consecutive(pos_k)): return None
@@ -72,7 +72,27 @@ def per_pair_is_smaller(rows: int, n_keys: int, head_dim: int, batch: int, n_dis
     "Whether W_R R gathered per pair (rows·T_k·d numbers per query and head) is smaller than q against every distance (B·N)."
     return rows * n_keys * head_dim < batch * n_dist
 
+# %% ../../nbs/24_learned_relative.ipynb #d682d71e
+def txl_position_scores(qv: Tensor, pos_q: Positions, pos_k: Positions, r_heads: Callable[[Tensor], Tensor]) -> Tensor:
+    "(q_i + v)·W_R R_{i−j} for every pair, [B, H, Tq, Tk], by the relative shift (consecutive positions) or by lookup; `r_heads(δ)` is W_R R_δ, [H, N, D]."
+    tq, tk = qv.shape[2], pos_k.shape[1]
+    off = _shared_offset(pos_q, pos_k)
+    if off is not None:
+        top = off + tq - 1                                                               # the largest i − j
+        grid = torch.arange(top, top - (tq + tk - 1), -1, device=qv.device)
+        return rel_skew(torch.einsum("bhqd,hnd->bhqn", qv, r_heads(grid)), tk)
+    delta = -relative_positions(pos_q, pos_k)                                            # i − j, [B', Tq, Tk]
+    top, low = int(delta.max()), int(delta.min())
+    grid = torch.arange(top, low - 1, -1, device=qv.device)
+    r = r_heads(grid)                                                                    # [H, N, D], N = top − low + 1
+    if per_pair_is_smaller(delta.shape[0], tk, qv.shape[-1], qv.shape[0], len(grid)):   # few keys, distances spread wide
+        per_pair = r[:, top - delta]                                                     # [H, B', Tq, Tk, D]
+        if delta.shape[0] == 1: return torch.einsum("bhqd,hqkd->bhqk", qv, per_pair[:, 0])   # one copy for every row
+        return torch.einsum("bhqd,hbqkd->bhqk", qv, per_pair)
+    x = torch.einsum("bhqd,hnd->bhqn", qv, r)
+    return x.gather(-1, (top - delta)[:, None].expand(qv.shape[0], qv.shape[1], -1, -1))
 
+# %% ../../nbs/24_learned_relative.ipynb #bdea7ad2
 class TransformerXLPE(PE):
     "Transformer-XL's relative encoding: ((q+u)·k + (q+v)·W_R R_{i−j}) / √d, sinusoidal R, W_R per layer, u and v per head."
     def __init__(self, ctx: PEContext, clamp: Optional[int] = None, untie: bool = False, std: float = 0.02):
@@ -96,23 +116,8 @@ class TransformerXLPE(PE):
         return r.view(len(dist), self.ctx.n_heads, self.ctx.head_dim).transpose(0, 1)
 
     def position_scores(self, qv: Tensor, pos_q: Positions, pos_k: Positions, layer: int = 0) -> Tensor:
-        "(q_i + v)·W_R R_{i−j} for every pair: [B, H, Tq, Tk], by the relative shift (consecutive positions) or by lookup."
-        tq, tk = qv.shape[2], pos_k.shape[1]
-        off = _shared_offset(pos_q, pos_k)
-        if off is not None:
-            top = off + tq - 1                                                           # the largest i − j
-            grid = torch.arange(top, top - (tq + tk - 1), -1, device=qv.device)
-            return rel_skew(torch.einsum("bhqd,hnd->bhqn", qv, self.r_heads(grid, layer).to(qv.dtype)), tk)
-        delta = -relative_positions(pos_q, pos_k)                                        # i − j, [B', Tq, Tk]
-        top, low = int(delta.max()), int(delta.min())
-        grid = torch.arange(top, low - 1, -1, device=qv.device)
-        r = self.r_heads(grid, layer).to(qv.dtype)                                       # [H, N, D], N = top − low + 1
-        if per_pair_is_smaller(delta.shape[0], tk, qv.shape[-1], qv.shape[0], len(grid)):   # few keys, distances spread wide
-            per_pair = r[:, top - delta]                                                 # [H, B', Tq, Tk, D]
-            if delta.shape[0] == 1: return torch.einsum("bhqd,hqkd->bhqk", qv, per_pair[:, 0])   # one copy for every row
-            return torch.einsum("bhqd,hbqkd->bhqk", qv, per_pair)
-        x = torch.einsum("bhqd,hnd->bhqn", qv, r)
-        return x.gather(-1, (top - delta)[:, None].expand(qv.shape[0], qv.shape[1], -1, -1))
+        "(q_i + v)·W_R R_{i−j} for every pair: [B, H, Tq, Tk] (`txl_position_scores` with this layer's W_R)."
+        return txl_position_scores(qv, pos_q, pos_k, lambda grid: self.r_heads(grid, layer).to(qv.dtype))
 
     def logits(self, q: Tensor, k: Tensor, pos_q: Positions, pos_k: Positions, scale: float, layer: int = 0) -> Tensor:
         i = layer if self.untie else 0
@@ -122,7 +127,7 @@ class TransformerXLPE(PE):
 
     def extra_repr(self) -> str: return f"spec={self.spec!r}, clamp={self.clamp}, untie={self.untie}"
 
-
+# %% ../../nbs/24_learned_relative.ipynb #eca9f850
 class ShawPE(PE):
     "Shaw et al. (2018): q·(k + a^K_ij)/√d and Σ_j α_ij (v_j + a^V_ij), a_ij a learned vector of clip(j − i, k), per layer, shared by heads."
     def __init__(self, ctx: PEContext, clip: int = 16, value: bool = True):
@@ -151,7 +156,7 @@ class ShawPE(PE):
 
     def extra_repr(self) -> str: return f"spec={self.spec!r}, clip={self.clip}, value={self.with_value}"
 
-
+# %% ../../nbs/24_learned_relative.ipynb #cac54f9b
 from ..attention import Opt   # declares each option's type, default and range for register_pe
 
 
