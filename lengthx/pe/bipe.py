@@ -186,11 +186,13 @@ def nfa_states(nfa: NFA, ids: Tensor, init: Optional[Tensor] = None) -> Tensor:
     return cur.bool()
 
 
+
+# %% ../../nbs/30_bipe.ipynb #609d90e3
 def nfa_accepts(nfa: NFA, ids: Tensor) -> Tensor:
     "True for each row of ids [B, T] that the automaton accepts: some run ends in F."
     return (nfa_states(nfa, ids) & nfa.accept).any(-1)
 
-# %% ../../nbs/30_bipe.ipynb #609d90e3
+
 def segment_matrix(m: BiNFA, segment: Tensor) -> Tensor:
     "A(S) [k, k] (bool) of one segment S (ordinary symbols, then the separator): A_ij = [q_j* ∈ δ(q_i*, S)]."
     segment = torch.as_tensor(segment)
