@@ -17,7 +17,7 @@ from .bias import ALiBiPE
 
 # %% auto #0
 __all__ = ['BIPE_ALIBI_SCALE', 'separator_mask', 'segment_positions', 'fixed_segment_positions', 'BiPE', 'NFA', 'BiNFA',
-           'nfa_states', 'nfa_accepts', 'is_binfa', 'segment_matrix', 'binfa_accepts_bilevel', 'random_binfa',
+           'nfa_states', 'nfa_accepts', 'segment_matrix', 'binfa_accepts_bilevel', 'is_binfa', 'random_binfa',
            'sample_binfa_strings']
 
 # %% ../../nbs/30_bipe.ipynb #0bf344e4
@@ -46,13 +46,41 @@ def fixed_segment_positions(batch: int, length: int, gamma: int, device=None) ->
     return t % gamma, torch.div(t, gamma, rounding_mode="floor")
 
 # %% ../../nbs/30_bipe.ipynb #55b2011c
+#| code-fold: true
 def _makes_positions(pe: PE) -> bool:
     "True when `pe` (or the PE it wraps) builds its own positions, as randomized PEs and BiPE do."
     while isinstance(pe, WrappedPE) and type(pe).make_positions is WrappedPE.make_positions: pe = pe.inner
     return type(pe).make_positions is not PE.make_positions
 
 
-class BiPE(WrappedPE):
+class _BiPEHooks:
+    "BiPE's plumbing: every attention hook hands the inner PE the segment view; each is in use when the inner PE uses it."
+    def rotate(self, q, k, pos): return self.inner.rotate(q, k, self.segment_view(pos))
+    def bias(self, pos_q, pos_k, layer=0): return self.inner.bias(self.segment_view(pos_q), self.segment_view(pos_k), layer)
+    def logits(self, q, k, pos_q, pos_k, scale, layer=0):
+        return self.inner.logits(q, k, self.segment_view(pos_q), self.segment_view(pos_k), scale, layer)
+    def value(self, weights, v, pos_q, pos_k, layer=0):
+        return self.inner.value(weights, v, self.segment_view(pos_q), self.segment_view(pos_k), layer)
+    def score_mod(self, pos, layer=0): return self.inner.score_mod(self.segment_view(pos), layer)
+
+    # the embedding is BiPE's own; every other hook is in use exactly when the inner PE uses it
+    @property
+    def uses_embed(self): return True
+    @property
+    def uses_rotate(self): return self.inner.uses_rotate
+    @property
+    def uses_bias(self): return self.inner.uses_bias
+    @property
+    def uses_logits(self): return self.inner.uses_logits
+    @property
+    def uses_value(self): return self.inner.uses_value
+
+    def extra_repr(self) -> str:
+        seg = f"fixed={self.fixed}" if self.fixed else f"sep_ids={self.ctx.sep_ids}"
+        return f"spec={self.spec!r}, table_size={self.table_size}, pad_last={self.pad_last}, {seg}"
+
+# %% ../../nbs/30_bipe.ipynb #d08dc1a0
+class BiPE(_BiPEHooks, WrappedPE):
     "BiPE (He et al., 2024): a learned APE on the position inside each segment, and the inner relative PE on segment indices."
     def __init__(self, ctx: PEContext, inner: PE, table_size: int = 1024, fixed: Optional[int] = None,
                  pad_last: bool = True):
@@ -90,31 +118,8 @@ class BiPE(WrappedPE):
         if pos.intra is None: raise ValueError(f"{self.spec!r} needs intra-segment positions; build them with pe.make_positions(ids)")
         return x + self.table(pos.intra.clamp(max=self.table_size - 1)).to(x.dtype)
 
-    def rotate(self, q, k, pos): return self.inner.rotate(q, k, self.segment_view(pos))
-    def bias(self, pos_q, pos_k, layer=0): return self.inner.bias(self.segment_view(pos_q), self.segment_view(pos_k), layer)
-    def logits(self, q, k, pos_q, pos_k, scale, layer=0):
-        return self.inner.logits(q, k, self.segment_view(pos_q), self.segment_view(pos_k), scale, layer)
-    def value(self, weights, v, pos_q, pos_k, layer=0):
-        return self.inner.value(weights, v, self.segment_view(pos_q), self.segment_view(pos_k), layer)
-    def score_mod(self, pos, layer=0): return self.inner.score_mod(self.segment_view(pos), layer)
-
-    # the embedding is BiPE's own; every other hook is in use exactly when the inner PE uses it
-    @property
-    def uses_embed(self): return True
-    @property
-    def uses_rotate(self): return self.inner.uses_rotate
-    @property
-    def uses_bias(self): return self.inner.uses_bias
-    @property
-    def uses_logits(self): return self.inner.uses_logits
-    @property
-    def uses_value(self): return self.inner.uses_value
-
-    def extra_repr(self) -> str:
-        seg = f"fixed={self.fixed}" if self.fixed else f"sep_ids={self.ctx.sep_ids}"
-        return f"spec={self.spec!r}, table_size={self.table_size}, pad_last={self.pad_last}, {seg}"
-
-
+# %% ../../nbs/30_bipe.ipynb #b1ce11a3
+#| code-fold: true
 BIPE_ALIBI_SCALE = 96.0   # the paper's factor on ALiBi's slopes when they act on segment distances
 
 
@@ -181,20 +186,11 @@ def nfa_states(nfa: NFA, ids: Tensor, init: Optional[Tensor] = None) -> Tensor:
     return cur.bool()
 
 
+
+# %% ../../nbs/30_bipe.ipynb #609d90e3
 def nfa_accepts(nfa: NFA, ids: Tensor) -> Tensor:
     "True for each row of ids [B, T] that the automaton accepts: some run ends in F."
     return (nfa_states(nfa, ids) & nfa.accept).any(-1)
-
-
-def is_binfa(m: BiNFA) -> bool:
-    "Check the Bi-NFA rules: ordinary symbols stay inside a state set, the separator reaches start states only, q0 is one."
-    same = m.set_of[:, None] == m.set_of[None, :]
-    ordinary = torch.ones(m.n_symbols, dtype=torch.bool); ordinary[m.sep] = False
-    stays = not (m.delta[:, ordinary, :] & ~same[:, None, :]).any()
-    is_start = torch.zeros(m.n_states, dtype=torch.bool); is_start[m.starts] = True
-    jumps = not m.delta[:, m.sep, ~is_start].any()
-    starts_ok = bool((m.set_of[m.starts] == torch.arange(m.k)).all()) and m.start in m.starts.tolist()
-    return bool(stays and jumps and starts_ok)
 
 
 def segment_matrix(m: BiNFA, segment: Tensor) -> Tensor:
@@ -218,6 +214,18 @@ def binfa_accepts_bilevel(m: BiNFA, ids: Tensor) -> bool:
         a = (a.float() @ segment_matrix(m, ids[lo:hi]).float()) > 0
     return bool((a & m.accept[m.starts]).any())
 
+# %% ../../nbs/30_bipe.ipynb #55172fb4
+#| code-fold: true
+def is_binfa(m: BiNFA) -> bool:
+    "Check the Bi-NFA rules: ordinary symbols stay inside a state set, the separator reaches start states only, q0 is one."
+    same = m.set_of[:, None] == m.set_of[None, :]
+    ordinary = torch.ones(m.n_symbols, dtype=torch.bool); ordinary[m.sep] = False
+    stays = not (m.delta[:, ordinary, :] & ~same[:, None, :]).any()
+    is_start = torch.zeros(m.n_states, dtype=torch.bool); is_start[m.starts] = True
+    jumps = not m.delta[:, m.sep, ~is_start].any()
+    starts_ok = bool((m.set_of[m.starts] == torch.arange(m.k)).all()) and m.start in m.starts.tolist()
+    return bool(stays and jumps and starts_ok)
+
 
 def random_binfa(k: int, set_size: int, n_symbols: int, branch: float = 0.05,
                  generator: Optional[torch.Generator] = None) -> BiNFA:
@@ -238,7 +246,8 @@ def random_binfa(k: int, set_size: int, n_symbols: int, branch: float = 0.05,
     accept[starts[torch.randperm(k, generator=g)[:max(1, k // 2)]]] = True
     return BiNFA(delta, int(starts[0]), accept, set_of, starts, sep)
 
-
+# %% ../../nbs/30_bipe.ipynb #0709da9a
+#| code-fold: true
 def sample_binfa_strings(m: BiNFA, n: int, length: int, n_segments: int,
                          generator: Optional[torch.Generator] = None, max_tries: int = 100) -> tuple[Tensor, Tensor]:
     "n strings [n, length] of `n_segments` segments (≥ 1 ordinary symbol, then the separator) and their labels, half accepted."

@@ -95,43 +95,16 @@ _KINDS = {  # parameter name -> (init scale of U(0,1), is an exponent clamped to
     "gauss": {"r1": (2.0, False), "r2": (1.0, False)},   # the Gaussian baseline (amplitude, width): same draws as log
 }
 
-
-class KerplePE(PE):
-    "KERPLE: a learnable CPD kernel of |m − n| per head added to the logits (log, power, 3log, biaswt; gauss: the Gaussian baseline)."
-    relative_bias = True   # a function of the offset j − i only: Toeplitz on consecutive positions
-    def __init__(self, ctx: PEContext, kind: str = "log", per_layer: bool = False, eps: float = 0.01):
-        super().__init__(ctx)
-        if kind not in _KINDS: raise ValueError(f"unknown KERPLE kind {kind!r}; choose from {sorted(_KINDS)}")
-        self.kind, self.per_layer, self.eps = kind, bool(per_layer), eps
-        shape = (ctx.n_layers, ctx.n_heads, 1, 1) if per_layer else (ctx.n_heads, 1, 1)
-        self.params = nn.ParameterDict({n: nn.Parameter(torch.rand(shape) * s) for n, (s, _) in _KINDS[kind].items()})
-
-    @property
-    def bias_per_layer(self) -> bool: return self.per_layer
-
+# %% ../../nbs/21_kerple.ipynb #8963b2ed
+#| code-fold: true
+class _KerpleHooks:
+    "KerplePE's plumbing: the in-place clamp, the flex path's `score_mod` and bias+weight's `logits` hook."
     @torch.no_grad()
     def clamp_(self) -> None:
         "Keep coefficients ≥ eps and exponents in [eps, 2], in place (the authors' rule, on every forward)."
         for n, (_, is_exp) in _KINDS[self.kind].items():
             p = self.params[n].data
             p.clamp_(min=self.eps, max=2.0) if is_exp else p.clamp_(min=self.eps)
-
-    def get(self, name: str, layer: int = 0) -> Tensor:
-        "Parameter `name` of `layer` as [H, 1, 1]."
-        p = self.params[name]
-        return p[layer] if self.per_layer else p
-
-    def kernel(self, dist: Tensor, layer: int = 0) -> Tensor:
-        "The bias kernel at distances `dist` [..., Tq, Tk] -> [..., H, Tq, Tk]."
-        g, dist = (lambda n: self.get(n, layer)), dist.unsqueeze(-3)
-        if self.kind == "log": return kerple_log(dist, g("r1"), g("r2"))
-        if self.kind == "3log": return kerple_3log(dist, g("r1"), g("r2"), g("r3"))
-        if self.kind == "gauss": return gaussian_kernel(dist, g("r1"), g("r2"))
-        return kerple_power(dist, g("r1"), g("r2"))                       # power, and the bias part of biaswt
-
-    def bias(self, pos_q: Positions, pos_k: Positions, layer: int = 0) -> Tensor:
-        self.clamp_()
-        return squeeze_batch(self.kernel(relative_positions(pos_q, pos_k).abs().float(), layer))
 
     def score_mod(self, pos: Positions, layer: int = 0) -> Callable:
         self.clamp_()
@@ -156,9 +129,41 @@ class KerplePE(PE):
     @property
     def uses_logits(self) -> bool: return self.kind == "biaswt"
 
+# %% ../../nbs/21_kerple.ipynb #06a8c824
+class KerplePE(_KerpleHooks, PE):
+    "KERPLE: a learnable CPD kernel of |m − n| per head added to the logits (log, power, 3log, biaswt; gauss: the Gaussian baseline)."
+    relative_bias = True   # a function of the offset j − i only: Toeplitz on consecutive positions
+    def __init__(self, ctx: PEContext, kind: str = "log", per_layer: bool = False, eps: float = 0.01):
+        super().__init__(ctx)
+        if kind not in _KINDS: raise ValueError(f"unknown KERPLE kind {kind!r}; choose from {sorted(_KINDS)}")
+        self.kind, self.per_layer, self.eps = kind, bool(per_layer), eps
+        shape = (ctx.n_layers, ctx.n_heads, 1, 1) if per_layer else (ctx.n_heads, 1, 1)
+        self.params = nn.ParameterDict({n: nn.Parameter(torch.rand(shape) * s) for n, (s, _) in _KINDS[kind].items()})
+
+    @property
+    def bias_per_layer(self) -> bool: return self.per_layer
+
+    def get(self, name: str, layer: int = 0) -> Tensor:
+        "Parameter `name` of `layer` as [H, 1, 1]."
+        p = self.params[name]
+        return p[layer] if self.per_layer else p
+
+    def kernel(self, dist: Tensor, layer: int = 0) -> Tensor:
+        "The bias kernel at distances `dist` [..., Tq, Tk] -> [..., H, Tq, Tk]."
+        g, dist = (lambda n: self.get(n, layer)), dist.unsqueeze(-3)
+        if self.kind == "log": return kerple_log(dist, g("r1"), g("r2"))
+        if self.kind == "3log": return kerple_3log(dist, g("r1"), g("r2"), g("r3"))
+        if self.kind == "gauss": return gaussian_kernel(dist, g("r1"), g("r2"))
+        return kerple_power(dist, g("r1"), g("r2"))                       # power, and the bias part of biaswt
+
+    def bias(self, pos_q: Positions, pos_k: Positions, layer: int = 0) -> Tensor:
+        self.clamp_()                                                     # _KerpleHooks: the authors' in-place clamp
+        return squeeze_batch(self.kernel(relative_positions(pos_q, pos_k).abs().float(), layer))
+
     def extra_repr(self) -> str: return f"spec={self.spec!r}, kind={self.kind!r}, per_layer={self.per_layer}"
 
-
+# %% ../../nbs/21_kerple.ipynb #eb1a6d77
+#| code-fold: true
 from ..attention import Opt   # declares each option's type, default and range for register_pe
 
 
