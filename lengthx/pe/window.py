@@ -5,12 +5,10 @@
 # %% ../../nbs/25_window.ipynb #83bf76e1
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
-
-from typing import Optional
 
 from ..attention import Opt, PE, PEContext, Positions, WrappedPE, band_attend, consecutive, index_offset, register_pe
 from .bias import relative_positions, squeeze_batch
