@@ -17,7 +17,8 @@ from ..attention import PE, PEContext, register_pe
 from .dape import DAPE, DAPE_FIRE_SLOPE, channel_matmul
 
 # %% auto #0
-__all__ = ['tril_masked', 'KeyUnfold', 'KeyTapSum', 'key_unfold', 'key_shift_sum', 'ScoreConv', 'CDAPE', 'delta_p', 'cdape_flops']
+__all__ = ['tril_masked', 'plain_score_conv', 'KeyUnfold', 'KeyTapSum', 'key_unfold', 'key_shift_sum', 'ScoreConv', 'CDAPE',
+           'delta_p', 'cdape_flops']
 
 # %% ../../nbs/41_cdape.ipynb #21261a55
 def tril_masked(x: Tensor, mask: Optional[Tensor]) -> Tensor:
@@ -25,6 +26,15 @@ def tril_masked(x: Tensor, mask: Optional[Tensor]) -> Tensor:
     return x if mask is None else x.masked_fill(~mask, 0.0)
 
 
+def plain_score_conv(conv1: nn.Conv2d, conv2: nn.Conv2d, slope: float, *parts: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+    "CDAPE's f as the equation reads: concatenate the parts on channels, tril, Conv1 (1×k), LeakyReLU, tril, Conv2 (1×k)."
+    n = max(p.shape[0] for p in parts)
+    x = torch.cat([p.expand(n, *p.shape[1:]) for p in parts], dim=1)     # [S; B] as 2h channels
+    h = F.leaky_relu(conv1(tril_masked(x, mask)), slope)                 # the tril before the first convolution
+    return conv2(tril_masked(h, mask))                                   # and again before the second
+
+# %% ../../nbs/41_cdape.ipynb #d8f3cb4c
+#| code-fold: true
 def _taps(x: Tensor, k: int, reverse: bool = False) -> Tensor:
     "[n, c, Tq, Tk] -> [n, k, c, Tq, Tk]: tap t is x shifted by d = t − k//2 keys (tap t at key j holds x at j + d, zero past a row's ends); d → −d if `reverse`."
     n, c, tq, tk = x.shape
@@ -49,7 +59,8 @@ def _tap_sum(y: Tensor, reverse: bool = False) -> Tensor:
         elif d < 0: out[..., -d:] += y[:, t, ..., :tk + d]
     return out
 
-
+# %% ../../nbs/41_cdape.ipynb #999cdc29
+#| code-fold: true
 class KeyUnfold(torch.autograd.Function):
     "x [n, c, Tq, Tk] -> its k key taps [n, k, c, Tq, Tk]; the backward is the adjoint, a tap sum with the shifts reversed (no per-slice copies)."
     @staticmethod
@@ -79,7 +90,8 @@ def key_shift_sum(y: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     out = KeyTapSum.apply(y)
     return out if bias is None else out + bias[:, None, None]
 
-
+# %% ../../nbs/41_cdape.ipynb #0b8e47e4
+#| code-fold: true
 class ScoreConv(nn.Module):
     "CDAPE's f: Conv(1×k) → LeakyReLU → Conv(1×k) over score maps [B, C, Tq, Tk], along keys only, on the masked (tril) map."
     kernel_layers = ("conv1", "conv2")   # what the fused kernel of chapter 43 reads
@@ -109,11 +121,13 @@ class ScoreConv(nn.Module):
         return key_shift_sum(y, self.conv2.bias)
 
     def reference(self, *parts: Tensor, mask: Optional[Tensor] = None) -> Tensor:
-        "The same f written plainly: concatenate, tril, nn.Conv2d, LeakyReLU, tril, nn.Conv2d."
-        n = max(p.shape[0] for p in parts)
-        x = torch.cat([p.expand(n, *p.shape[1:]) for p in parts], dim=1)
-        h = F.leaky_relu(self.conv1(tril_masked(x, mask)), self.slope)
-        return self.conv2(tril_masked(h, mask))
+        "The same f written plainly (`plain_score_conv`): concatenate, tril, nn.Conv2d, LeakyReLU, tril, nn.Conv2d."
+        return plain_score_conv(self.conv1, self.conv2, self.slope, *parts, mask=mask)
+
+# %% ../../nbs/41_cdape.ipynb #93a95498
+#| code-fold: true
+from ..attention import Opt   # declares each option's type, default and range for register_pe
+from .dape import DAPE_VARIANTS
 
 
 class CDAPE(DAPE):
@@ -127,10 +141,6 @@ class CDAPE(DAPE):
         return ScoreConv(c_in, width, c_out, self.k)
 
     def extra_repr(self) -> str: return super().extra_repr() + f", k={self.k}"
-
-
-from ..attention import Opt   # declares each option's type, default and range for register_pe
-from .dape import DAPE_VARIANTS
 
 
 @register_pe("cdape", wraps=True, examples=["cdape:k=3:kerple_log", "cdape:k=3:alibi", "cdape:nope", "cdape:rope"], options=[
