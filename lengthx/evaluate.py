@@ -25,14 +25,15 @@ from .pe import fused
 from .model import flops_per_token
 
 # %% auto #0
-__all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'THROUGHPUT', 'MAX_EVAL_SECONDS', 'PE_COLOURS', 'PE_STYLE', 'LINE_STYLES',
-           'MARKERS', 'LOG_MANTISSAS', 'PROTOCOL', 'check_protocol_args', 'last_k_windows', 'nonoverlap_windows',
-           'sliding_windows', 'protocol_windows', 'window_losses', 'parse_bytes', 'format_bytes', 'available_memory',
-           'memory_budget', 'fused_refine_runs', 'fused_weights_run', 'estimate_eval_memory', 'estimate_train_memory',
-           'EvalPlan', 'plan_eval', 'flops_per_second', 'count_windows', 'estimate_eval_seconds', 'check_eval_time',
-           'check_tokens', 'perplexity', 'ratio_bootstrap', 'window_ppl_interval', 'position_losses', 'ppl_curve',
-           'eval_lengths', 'pe_family', 'pe_style', 'pe_styles', 'linear_ticks', 'log_ticks', 'label_log_axis',
-           'label_length_axis', 'plot_ppl', 'Protocol', 'check_protocol', 'check_lengths']
+__all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'THROUGHPUT', 'MAX_EVAL_SECONDS', 'PE_COLOURS', 'PE_STYLE',
+           'PE_OPTION_STYLE', 'LINE_STYLES', 'MARKERS', 'LOG_MANTISSAS', 'PROTOCOL', 'check_protocol_args',
+           'last_k_windows', 'nonoverlap_windows', 'sliding_windows', 'protocol_windows', 'window_losses',
+           'parse_bytes', 'format_bytes', 'available_memory', 'memory_budget', 'fused_refine_runs', 'fused_weights_run',
+           'estimate_eval_memory', 'estimate_train_memory', 'EvalPlan', 'plan_eval', 'flops_per_second',
+           'count_windows', 'estimate_eval_seconds', 'check_eval_time', 'check_tokens', 'perplexity', 'ratio_bootstrap',
+           'window_ppl_interval', 'position_losses', 'ppl_curve', 'eval_lengths', 'pe_family', 'pe_style', 'pe_styles',
+           'linear_ticks', 'log_ticks', 'label_log_axis', 'label_length_axis', 'plot_ppl', 'Protocol', 'check_protocol',
+           'check_lengths']
 
 # %% ../nbs/53_evaluate.ipynb #12c3b9d5
 PROTOCOLS = ("last_k", "nonoverlap", "sliding")
@@ -538,7 +539,8 @@ def eval_lengths(train_len: int, max_factor: int = 16) -> list[int]:
 # %% ../nbs/53_evaluate.ipynb #d75bacf0
 PE_COLOURS = {"black": "#000000", "blue": "#0072B2", "vermillion": "#D55E00", "green": "#009E73",
               "orange": "#E69F00", "pink": "#CC79A7", "sky": "#56B4E9", "indigo": "#332288", "wine": "#882255",
-              "olive": "#999933", "teal": "#44AA99", "purple": "#AA4499", "grey": "#777777"}
+              "olive": "#999933", "teal": "#44AA99", "purple": "#AA4499", "grey": "#777777",
+              "brown": "#8C510A", "gold": "#C9A227", "magenta": "#EE3377"}
 PE_STYLE = {   # family -> (colour, marker): a colour per group of related methods, a marker per member
     "nope": ("black", "o"), "sinusoidal": ("black", "s"), "learned": ("black", "^"),
     "rope": ("blue", "o"), "xpos": ("blue", "s"), "prope": ("blue", "^"), "temp": ("blue", "D"),
@@ -555,18 +557,25 @@ PE_STYLE = {   # family -> (colour, marker): a colour per group of related metho
     "dape": ("pink", "o"), "dape_fb": ("pink", "s"), "cdape": ("purple", "o"),
     "cope": ("indigo", "o"), "bipe": ("indigo", "s"), "stickbreak": ("indigo", "^"),
 }
+PE_OPTION_STYLE = {   # (family, option) -> (colour, marker): an option that names a method of its own (chapter 12)
+    ("rope", "pi"): ("brown", "o"), ("rope", "ntk"): ("gold", "s"), ("rope", "dynamic"): ("magenta", "^"),
+}
 LINE_STYLES, MARKERS = ("-", "--", "-.", ":"), ("o", "s", "^", "D", "v", "P", "X", "*")
+_LABEL = re.compile(r"([a-z][a-z0-9_]*)((?::[a-z0-9_.=]+)*)")
 
 
 def pe_family(label: str) -> Optional[str]:
-    "The PE family a curve's label names (`rope`, `yarn:s=4`, `dape:kerple_log`, `rope (seed 1)` -> its first word), or None."
-    m = re.match(r"[a-z][a-z0-9_]*", str(label).strip().lower())
-    return m.group(0) if m and m.group(0) in PE_STYLE else None
+    "The PE family a curve's label names (`rope`, `yarn:s=4`, `dape:kerple_log`, `rope (seed 1)` -> its first word), or None; `rope:pi=4` -> `rope:pi`."
+    m = _LABEL.match(str(label).strip().lower())
+    if not m or m.group(1) not in PE_STYLE: return None
+    opts = [o.split("=")[0] for o in m.group(2).split(":")[1:]]
+    return next((f"{m.group(1)}:{o}" for o in opts if (m.group(1), o) in PE_OPTION_STYLE), m.group(1))
 
 
 def pe_style(label: str) -> dict:
     "The book-wide colour and marker of the method a label names (grey and a circle for anything else)."
-    colour, marker = PE_STYLE.get(pe_family(label), ("grey", "o"))
+    styles = {**PE_STYLE, **{f"{f}:{o}": look for (f, o), look in PE_OPTION_STYLE.items()}}
+    colour, marker = styles.get(pe_family(label), ("grey", "o"))
     return dict(color=PE_COLOURS[colour], marker=marker)
 
 

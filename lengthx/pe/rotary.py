@@ -15,9 +15,9 @@ from torch import Tensor
 from ..attention import PE, PEContext, Positions, register_pe
 
 # %% auto #0
-__all__ = ['ROPE_SCALINGS', 'ROPE_BASE', 'ROPE_FRAC', 'ROPE_ORIGINAL_MAX_LEN', 'rope_inv_freq', 'rotary_table', 'apply_rotary',
-           'rope_rotate_half', 'rope_interleaved', 'rope_complex', 'rope_matrix', 'rope_decay_bound', 'rotary_dim',
-           'RoPE']
+__all__ = ['ROPE_SCALINGS', 'ROPE_BASE', 'ROPE_FRAC', 'ROPE_ORIGINAL_MAX_LEN', 'rope_inv_freq', 'rope_interleaved',
+           'rope_complex', 'rope_rotate_half', 'rope_matrix', 'rope_decay_bound', 'rotary_table', 'apply_rotary',
+           'rotary_dim', 'RoPE']
 
 # %% ../../nbs/10_rope.ipynb #1853a73f
 def rope_inv_freq(dim: int, base: float = 10000.0) -> Tensor:
@@ -48,75 +48,7 @@ def _check_rot(x: Tensor, inv_freq: Tensor) -> int:
     if r > x.shape[-1]: raise ValueError(f"inv_freq rotates {r} dimensions but x has only {x.shape[-1]}")
     return r
 
-
-def _compiling() -> bool:
-    "True while torch.compile traces (older torch versions have no such query: then never)."
-    f = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    return bool(f is not None and f())
-
-
-def _rotate_into(x: Tensor, cos: Tensor, sin: Tensor, sign: float = 1.0) -> Tensor:
-    "Interleaved rotation by ±θ written into one fresh tensor: four in-place kernels, no temporaries."
-    r = 2 * cos.shape[-1]
-    out = torch.empty(torch.broadcast_shapes(x.shape[:-1], cos.shape[:-1]) + x.shape[-1:], dtype=x.dtype, device=x.device)
-    x1, x2, o1, o2 = x[..., 0:r:2], x[..., 1:r:2], out[..., 0:r:2], out[..., 1:r:2]
-    torch.mul(x1, cos, out=o1); o1.addcmul_(x2, sin, value=-sign)
-    torch.mul(x2, cos, out=o2); o2.addcmul_(x1, sin, value=sign)
-    if x.shape[-1] > r: out[..., r:] = x[..., r:]
-    return out
-
-
-class _Rotate(torch.autograd.Function):
-    "y = R_θ x with the tables as constants; the backward is the inverse rotation, by −θ (its transpose)."
-    @staticmethod
-    def forward(ctx, x, cos, sin):
-        ctx.save_for_backward(cos, sin)
-        ctx.x_shape = x.shape
-        return _rotate_into(x, cos, sin)
-
-    @staticmethod
-    def backward(ctx, grad):
-        cos, sin = ctx.saved_tensors
-        return _rotate_into(grad, cos, sin, sign=-1.0).sum_to_size(ctx.x_shape), None, None
-
-
-def rotary_table(cos: Tensor, sin: Tensor, dtype: torch.dtype) -> Union[Tensor, tuple[Tensor, Tensor]]:
-    "Prepare cos/sin [..., T, r/2] for `apply_rotary` on `dtype`: one complex tensor cos + i·sin where possible, else the pair."
-    if dtype in (torch.float32, torch.float64) and cos.device.type in ("cpu", "cuda") and not _compiling():
-        return torch.complex(cos.to(dtype), sin.to(dtype))
-    return cos.to(dtype), sin.to(dtype)
-
-
-def _complex_view_ok(x: Tensor) -> bool:
-    return x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(st % 2 == 0 for st in x.stride()[:-1])
-
-
-def apply_rotary(x: Tensor, table: Union[Tensor, tuple[Tensor, Tensor]]) -> Tensor:
-    "RoPE in the interleaved layout with a prepared table (see `rotary_table`); dims ≥ r pass through."
-    if isinstance(table, Tensor):  # complex: one multiply per tensor, autograd handles the rest
-        r = 2 * table.shape[-1]
-        head = x[..., :r] if _complex_view_ok(x[..., :r]) else x[..., :r].contiguous()
-        out = torch.view_as_real(torch.view_as_complex(head.unflatten(-1, (r // 2, 2))) * table).flatten(-2)
-        return out if r == x.shape[-1] else torch.cat([out, x[..., r:].expand(*out.shape[:-1], -1)], dim=-1)
-    cos, sin = table
-    if _compiling():  # the compiler fuses the plain expression into one kernel
-        r = 2 * cos.shape[-1]
-        x1, x2 = x[..., 0:r:2], x[..., 1:r:2]
-        out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
-        return torch.cat([out, x[..., r:].expand(*out.shape[:-1], -1)], dim=-1)
-    return _Rotate.apply(x, cos, sin)
-
-
-def rope_rotate_half(x: Tensor, pos: Union[Tensor, Positions], inv_freq: Tensor) -> Tensor:
-    "RoPE in the GPT-NeoX / Hugging Face layout: dimension i pairs with i + r/2."
-    r = _check_rot(x, inv_freq)
-    ang = _angles(x, pos, inv_freq)
-    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-    x1, x2 = x[..., :r // 2], x[..., r // 2:r]
-    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-    return torch.cat([out, x[..., r:].expand(*out.shape[:-1], -1)], dim=-1)
-
-
+# %% ../../nbs/10_rope.ipynb #64ffc156
 def rope_interleaved(x: Tensor, pos: Union[Tensor, Positions], inv_freq: Tensor) -> Tensor:
     "RoPE in the RoFormer layout: dimension 2i pairs with 2i+1 (the equation as written)."
     r = _check_rot(x, inv_freq)
@@ -126,7 +58,7 @@ def rope_interleaved(x: Tensor, pos: Union[Tensor, Positions], inv_freq: Tensor)
     out = rearrange(torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1), "... f two -> ... (f two)")
     return torch.cat([out, x[..., r:].expand(*out.shape[:-1], -1)], dim=-1)
 
-
+# %% ../../nbs/10_rope.ipynb #04696c34
 def rope_complex(x: Tensor, pos: Union[Tensor, Positions], inv_freq: Tensor) -> Tensor:
     "RoPE in the Llama layout: neighbour pairs as complex numbers times exp(i·m·θ) (torch.polar)."
     r = _check_rot(x, inv_freq)
@@ -137,7 +69,17 @@ def rope_complex(x: Tensor, pos: Union[Tensor, Positions], inv_freq: Tensor) -> 
     out = rearrange(torch.view_as_real(z * turn), "... f two -> ... (f two)").to(x.dtype)
     return torch.cat([out, x[..., r:].expand(*out.shape[:-1], -1)], dim=-1)
 
+# %% ../../nbs/10_rope.ipynb #d1ecabc9
+def rope_rotate_half(x: Tensor, pos: Union[Tensor, Positions], inv_freq: Tensor) -> Tensor:
+    "RoPE in the GPT-NeoX / Hugging Face layout: dimension i pairs with i + r/2."
+    r = _check_rot(x, inv_freq)
+    ang = _angles(x, pos, inv_freq)
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x1, x2 = x[..., :r // 2], x[..., r // 2:r]
+    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    return torch.cat([out, x[..., r:].expand(*out.shape[:-1], -1)], dim=-1)
 
+# %% ../../nbs/10_rope.ipynb #dde43d5a
 def rope_matrix(m: float, inv_freq: Tensor) -> Tensor:
     "The block-diagonal rotation R_m [d, d] (float64); for proofs, never for compute."
     d = 2 * inv_freq.shape[0]
@@ -155,6 +97,64 @@ def rope_decay_bound(dist: Tensor, dim: int, base: float = 10000.0) -> Tensor:
     return S.abs().mean(-1)
 
 # %% ../../nbs/10_rope.ipynb #0fb37be5
+def _compiling() -> bool:
+    "True while torch.compile traces (older torch versions have no such query: then never)."
+    f = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(f is not None and f())
+
+
+def _rotate_into(x: Tensor, cos: Tensor, sin: Tensor, sign: float = 1.0) -> Tensor:
+    "Interleaved rotation by ±θ written into one fresh tensor: four in-place kernels, no temporaries."
+    r = 2 * cos.shape[-1]
+    out = torch.empty(torch.broadcast_shapes(x.shape[:-1], cos.shape[:-1]) + x.shape[-1:], dtype=x.dtype, device=x.device)
+    x1, x2, o1, o2 = x[..., 0:r:2], x[..., 1:r:2], out[..., 0:r:2], out[..., 1:r:2]
+    torch.mul(x1, cos, out=o1); o1.addcmul_(x2, sin, value=-sign)
+    torch.mul(x2, cos, out=o2); o2.addcmul_(x1, sin, value=sign)
+    if x.shape[-1] > r: out[..., r:] = x[..., r:]
+    return out
+
+# %% ../../nbs/10_rope.ipynb #8c25656c
+class _Rotate(torch.autograd.Function):
+    "y = R_θ x with the tables as constants; the backward is the inverse rotation, by −θ (its transpose)."
+    @staticmethod
+    def forward(ctx, x, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        ctx.x_shape = x.shape
+        return _rotate_into(x, cos, sin)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cos, sin = ctx.saved_tensors
+        return _rotate_into(grad, cos, sin, sign=-1.0).sum_to_size(ctx.x_shape), None, None
+
+# %% ../../nbs/10_rope.ipynb #3cbd7152
+def rotary_table(cos: Tensor, sin: Tensor, dtype: torch.dtype) -> Union[Tensor, tuple[Tensor, Tensor]]:
+    "Prepare cos/sin [..., T, r/2] for `apply_rotary` on `dtype`: one complex tensor cos + i·sin where possible, else the pair."
+    if dtype in (torch.float32, torch.float64) and cos.device.type in ("cpu", "cuda") and not _compiling():
+        return torch.complex(cos.to(dtype), sin.to(dtype))
+    return cos.to(dtype), sin.to(dtype)
+
+
+def _complex_view_ok(x: Tensor) -> bool:
+    return x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(st % 2 == 0 for st in x.stride()[:-1])
+
+# %% ../../nbs/10_rope.ipynb #a66a0c8d
+def apply_rotary(x: Tensor, table: Union[Tensor, tuple[Tensor, Tensor]]) -> Tensor:
+    "RoPE in the interleaved layout with a prepared table (see `rotary_table`); dims ≥ r pass through."
+    if isinstance(table, Tensor):  # complex: one multiply per tensor, autograd handles the rest
+        r = 2 * table.shape[-1]
+        head = x[..., :r] if _complex_view_ok(x[..., :r]) else x[..., :r].contiguous()
+        out = torch.view_as_real(torch.view_as_complex(head.unflatten(-1, (r // 2, 2))) * table).flatten(-2)
+        return out if r == x.shape[-1] else torch.cat([out, x[..., r:].expand(*out.shape[:-1], -1)], dim=-1)
+    cos, sin = table
+    if _compiling():  # the compiler fuses the plain expression into one kernel
+        r = 2 * cos.shape[-1]
+        x1, x2 = x[..., 0:r:2], x[..., 1:r:2]
+        out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+        return torch.cat([out, x[..., r:].expand(*out.shape[:-1], -1)], dim=-1)
+    return _Rotate.apply(x, cos, sin)
+
+# %% ../../nbs/10_rope.ipynb #714bb3a3
 def rotary_dim(head_dim: int, frac: float = 1.0) -> int:
     "How many leading head dimensions RoPE rotates: int(frac·head_dim), which must be even and ≥ 2."
     if head_dim % 2:
@@ -173,7 +173,7 @@ def _is_arange(tok: Tensor) -> bool:
     if tok.dim() == 2 and tok.shape[0] > 1 and tok.stride(0) != 0 and not torch.equal(tok, row.expand_as(tok)): return False
     return torch.equal(row, torch.arange(row.shape[-1], device=row.device, dtype=row.dtype))
 
-
+# %% ../../nbs/10_rope.ipynb #9c58bb27
 class RoPE(PE):
     "Rotary position embedding (Su et al., 2021), interleaved layout, tables cached per (length, device, dtype)."
     def __init__(self, ctx: PEContext, base: float = 10000.0, frac: float = 1.0,
@@ -241,7 +241,7 @@ class RoPE(PE):
     def extra_repr(self) -> str:
         return f"spec={self.spec!r}, rot_dim={self.rot_dim}, base={self.base:g}"
 
-
+# %% ../../nbs/10_rope.ipynb #42e20670
 ROPE_SCALINGS: dict = {}   # "pi" | "ntk" | "dynamic" -> builder(ctx, scale, base, frac, original_max_len); filled by chapter 12
 
 
