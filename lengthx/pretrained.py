@@ -40,19 +40,19 @@ from .pe.scaling import self_extend_relative
 
 # %% auto #0
 __all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'KNOWN_GGUF', 'GLOBAL_LAYERS', 'MATERIALIZED_SLOWDOWN',
-           'ATTENTION_BLOCK', 'NATIVE_ATTENTION', 'NATIVE', 'NATIVE_TYPES', 'TINY_FAMILIES', 'NATIVE_FAMILIES',
-           'PASSKEY_INTRO', 'PASSKEY_FILLER', 'PASSKEY_QUESTION', 'PRETRAINED_SETTINGS', 'SMOLLM2_ATTENTION',
-           'PARTS_METHODS', 'SHIPPED', 'PARTS_GOALS', 'PARTS_SETTINGS', 'require_transformers', 'weights_location',
-           'check_gguf', 'gguf_checkpoint_dir', 'save_checkpoint', 'load_pretrained', 'RotaryFacts', 'rotary_facts',
-           'CausalLM', 'causal_lm', 'PeakMemory', 'document_tokens', 'scored_losses', 'ForwardCost', 'lm_forward_cost',
+           'ATTENTION_BLOCK', 'NATIVE_ATTENTION', 'NATIVE', 'NATIVE_TYPES', 'TINY_FAMILIES', 'PASSKEY_INTRO',
+           'PASSKEY_FILLER', 'PASSKEY_QUESTION', 'PRETRAINED_SETTINGS', 'SMOLLM2_ATTENTION', 'PARTS_METHODS', 'SHIPPED',
+           'PARTS_GOALS', 'PARTS_SETTINGS', 'NATIVE_FAMILIES', 'require_transformers', 'weights_location', 'check_gguf',
+           'gguf_checkpoint_dir', 'save_checkpoint', 'load_pretrained', 'RotaryFacts', 'rotary_facts', 'CausalLM',
+           'causal_lm', 'PeakMemory', 'document_tokens', 'scored_losses', 'ForwardCost', 'lm_forward_cost',
            'check_forward_cost', 'lm_perplexity', 'model_spec', 'rotary_pe', 'half_to_interleaved', 'rotary_layout',
            'LayerPE', 'sink_softmax', 'lengthx_attention', 'IdentityRotary', 'causal_padding_mask', 'Extension',
            'extend', 'split_layer_spec', 'scaled_layers', 'native_layer_specs', 'extend_native', 'hf_rope_parameters',
            'hf_twin', 'random_hf', 'tiny_hf', 'hf_agreement', 'padded_batch', 'extension_features', 'family_check',
-           'tiny_native', 'native_agreement', 'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial',
-           'greedy_answer', 'passkey_grid', 'self_extend_reach', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row',
-           'pretrained_grid', 'finetune', 'grid_curves', 'attention_shaped_llama', 'extension_calls', 'controls',
-           'best_candidates', 'smollm2_rows', 'parts_grid']
+           'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer', 'passkey_grid',
+           'self_extend_reach', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid', 'grid_curves',
+           'attention_shaped_llama', 'extension_calls', 'controls', 'best_candidates', 'smollm2_rows', 'parts_grid',
+           'tiny_native', 'native_agreement', 'finetune']
 
 # %% ../nbs/13_pretrained.ipynb #2e54b631
 SMOLLM2 = "smollm2-135m"
@@ -92,7 +92,7 @@ def weights_location(name_or_path: str = SMOLLM2) -> tuple[Path, Optional[str]]:
 KNOWN_GGUF = {   # file name: (bytes, SHA-256) of the GGUF files lengthx's aliases ship, computed once from the installed package
     "SmolLM2-135M-Instruct.Q4_1.gguf": (98362432, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")}
 
-
+# %% ../nbs/13_pretrained.ipynb #883c152c
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -130,7 +130,7 @@ def gguf_checkpoint_dir(gguf_path: Path) -> Path:
     "Where a GGUF file's de-quantized float32 checkpoint is kept: the lengthx cache, keyed by the file's SHA-256 and the transformers version."
     return default_cache_dir() / "gguf" / f"{_sha256(gguf_path)[:16]}-transformers-{require_transformers().__version__}"
 
-
+# %% ../nbs/13_pretrained.ipynb #3c8fa26a
 def save_checkpoint(model, tok, folder: Path) -> None:
     "Write a GGUF-loaded model as a plain Hugging Face folder (config, safetensors, tokenizer); built aside and renamed, so no half folder is ever read."
     from safetensors.torch import save_model
@@ -168,7 +168,7 @@ def load_pretrained(name_or_path: str = SMOLLM2, dtype: torch.dtype = torch.floa
         if bars: tf.utils.logging.enable_progress_bar()
     return model.to(device).eval(), tok
 
-
+# %% ../nbs/13_pretrained.ipynb #484f2204
 def _load_gguf(tf, path: Path, dtype: torch.dtype, cache: bool):
     "(tokenizer, model) of a GGUF file: from its cached de-quantized checkpoint when there is one (seconds), else de-quantized (half a minute) and cached."
     ckpt = gguf_checkpoint_dir(path) if cache else None
@@ -181,7 +181,7 @@ def _load_gguf(tf, path: Path, dtype: torch.dtype, cache: bool):
         except OSError: pass                                     # a read-only cache only costs the next load its time
     return tok, model.to(dtype)
 
-# %% ../nbs/13_pretrained.ipynb #883c152c
+# %% ../nbs/13_pretrained.ipynb #4de3b29f
 @dataclass(frozen=True)
 class RotaryFacts:
     "What a Hugging Face model's rotary embedding is: base, head and rotary dimensions, heads, trained length."
@@ -212,7 +212,7 @@ def _rope_params(cfg, layer_type: Optional[str] = None) -> dict:
     rp = getattr(cfg, "rope_parameters", None) or {}
     return (rp.get(layer_type or GLOBAL_LAYERS) or {}) if _per_layer_type(cfg) else rp
 
-
+# %% ../nbs/13_pretrained.ipynb #574322b8
 def rotary_facts(model, layer_type: Optional[str] = None) -> RotaryFacts:
     "The rotary facts of `model` (of its global layers when rotaries differ per layer type), or a one-line ValueError without RoPE."
     cfg = _text_config(model)
@@ -323,10 +323,10 @@ def scored_losses(model, tokens: Tensor, windows: Sequence[tuple[int, int]], len
     return torch.cat(out)
 
 
-MATERIALIZED_SLOWDOWN = 6.0                         # attention on materialized score blocks, against the flash path (measured on a CPU)
+MATERIALIZED_SLOWDOWN = 6.0                         # attention on materialized score blocks, against the flash path: an assumed round factor for a CPU (no stored result holds it)
 ATTENTION_BLOCK = 256                           # queries per block on lengthx's materialized paths
 
-
+# %% ../nbs/13_pretrained.ipynb #d1fd3571
 @dataclass(frozen=True)
 class ForwardCost:
     "One no-gradient forward of a Hugging Face model at `length` tokens: peak bytes above the weights, operations, rough seconds."
@@ -340,7 +340,7 @@ class ForwardCost:
         when = f"{t / 3600:.1f} hours" if t >= 3600 else f"{t / 60:.1f} minutes" if t >= 60 else f"{t:.0f} seconds"
         return f"about {format_bytes(self.bytes)} beyond the weights and roughly {when} for {forwards} forward(s)"
 
-
+# %% ../nbs/13_pretrained.ipynb #0a4d7644
 def lm_forward_cost(model, length: int, scored: int = 1, device=None) -> ForwardCost:
     "An upper estimate of one forward's memory (one layer's activations live at a time) and its operations, from the config alone."
     hf = _hf(model)
@@ -367,7 +367,7 @@ def lm_forward_cost(model, length: int, scored: int = 1, device=None) -> Forward
     seconds = (dense + attention_flops * (MATERIALIZED_SLOWDOWN if blocks else 1.0)) / flops_per_second(dev)   # chapter 53's rate
     return ForwardCost(T, int(T * per_token + attn + logits), dense + attention_flops, seconds)
 
-
+# %% ../nbs/13_pretrained.ipynb #d0d58902
 def check_forward_cost(model, length: int, scored: int, forwards: int, what: str, *, i_know: bool = False,
                        mem_budget: Optional[int] = None) -> ForwardCost:
     "The cost of `forwards` forwards at `length`; a one-line MemoryError before any work when one exceeds the memory budget (unless `i_know`)."
@@ -433,7 +433,7 @@ def _probe(apply, cos: Tensor, sin: Tensor, D: int) -> tuple[Tensor, Tensor, Ten
     run = lambda c, s: apply(units, units, c, s)[0][0, 0].float()
     return run(torch.ones_like(cos), torch.zeros_like(sin)), run(torch.zeros_like(cos), torch.ones_like(sin)), run(cos, sin)
 
-
+# %% ../nbs/13_pretrained.ipynb #9c625d00
 def rotary_layout(attn: nn.Module, rotary: nn.Module, head_dim: int, layer_type: Optional[str] = None) -> tuple[Tensor, int]:
     "(permutation of head dimensions into lengthx's layout: pairs (2i, 2i+1) fastest first, then the unrotated; rotated count), read off the model's own `apply_rotary_pos_emb`."
     name, where = type(attn).__name__, type(attn).__module__
@@ -469,7 +469,7 @@ class LayerPE:
     native: bool = False            # the PE carries the layer's whole design: windows and chunks as its bias, HF's mask only causal
     rotary: Optional[nn.Module] = None   # the IdentityRotary that saw this forward's position_ids (Llama 4 passes none to attention)
 
-
+# %% ../nbs/13_pretrained.ipynb #d9b4359e
 def _written(mask, Tq: int, Tk: int) -> int:
     "Keys a cache holds so far: a dynamic cache returns just those (Tk), a static one its whole buffer, where the mask's last row ends."
     if mask is None: return Tq if 1 < Tq < Tk else Tk   # no mask and more keys than queries: HF's causal flag, aligned top-left
@@ -486,7 +486,7 @@ def _positions(kwargs: dict, B: int, Tq: int, Tk: int, device, mask=None) -> tup
     pk = pq if Tq == Tk else pq[:, -1:] - torch.arange(end - 1, end - 1 - Tk, -1, device=device)
     return pq, pk.clamp_min(0)   # keys before position 0 are left padding, keys after the last query's unwritten: both masked
 
-
+# %% ../nbs/13_pretrained.ipynb #65982be8
 def _attend_masked(q: Tensor, k: Tensor, v: Tensor, pe, pq: Tensor, pk: Tensor, mask: Optional[Tensor], scale: float,
                    softcap: Optional[float], window: Optional[int], causal: bool, block: int = 256,
                    sink: Optional[Tensor] = None) -> Tensor:
@@ -522,7 +522,7 @@ def _counts_slots(module: nn.Module) -> bool:
     "Does HF's own layer count cache slots, not position ids, for its chunks and temperature (Llama 4)?"
     return getattr(getattr(module, "config", None), "model_type", None) == "llama4_text"
 
-
+# %% ../nbs/13_pretrained.ipynb #1d37c341
 def lengthx_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask, scaling: float,
                       dropout: float = 0.0, **kwargs):
     "A Hugging Face attention function: lengthx's layout, rotation and logits, with the model's mask, window, soft-cap and scale."
@@ -557,7 +557,7 @@ def lengthx_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
         out = _attend_masked(q, k, v, pe, pq, pk, attention_mask, scaling, softcap, window, causal)
     return out.transpose(1, 2).contiguous(), None
 
-
+# %% ../nbs/13_pretrained.ipynb #3230b11c
 class IdentityRotary(nn.Module):
     "Stands in for the model's rotary embedding: cos = 1, sin = 0, so Hugging Face rotates nothing and lengthx rotates; layer types in `keep` keep theirs."
     def __init__(self, inner: nn.Module, keep: Sequence[str] = ()):
@@ -622,7 +622,7 @@ def _uses_attention_interface(attn: nn.Module) -> bool:
     try: return "ALL_ATTENTION_FUNCTIONS" in inspect.getsource(type(attn).forward)
     except (OSError, TypeError): return bool(getattr(type(attn), "_supports_attention_backend", False))
 
-
+# %% ../nbs/13_pretrained.ipynb #6a4993aa
 def _layer_plan(model, facts: RotaryFacts, pe: RoPE) -> list[tuple[nn.Module, LayerPE]]:
     "Each attention module with what it gets, every check done first: a model extend cannot honour is refused here, unchanged."
     name, cfg = type(model).__name__, _text_config(model)
@@ -644,7 +644,7 @@ def _layer_plan(model, facts: RotaryFacts, pe: RoPE) -> list[tuple[nn.Module, La
         plan.append((m, LayerPE(pe if rotates else None, perm, nope)))
     return plan
 
-
+# %% ../nbs/13_pretrained.ipynb #5409aef7
 def extend(model, spec: str) -> Extension:
     "Apply lengthx's rotary spec (frequencies, attention factor, length-dependent or clipped attention) to a HF RoPE model."
     if getattr(model, "_lengthx_extension", None) is not None:
@@ -681,7 +681,7 @@ def _install(model, ext: Extension, plan: list[tuple[nn.Module, LayerPE]], keep:
     model._lengthx_extension = ext
     undo.append(lambda: setattr(model, "_lengthx_extension", None))
 
-# %% ../nbs/13_pretrained.ipynb #6a4993aa
+# %% ../nbs/13_pretrained.ipynb #e1ceb435
 NATIVE = "native"
 NATIVE_TYPES = {"smollm3": "SmolLM3", "gemma3_text": "Gemma 3", "cohere2": "Cohere2", "gpt_oss": "gpt-oss",
                 "llama4_text": "Llama 4 (text)", "gemma4_text": "Gemma 4 (text)", "ministral3": "Ministral 3"}
@@ -703,7 +703,7 @@ def scaled_layers(cfg, specs: Sequence[str]) -> list[int]:
     return [i for i, s in enumerate(specs) if split_layer_spec(s)[1].split(":")[0] != "nope"
             and (not _per_layer_type(cfg) or types[i] == GLOBAL_LAYERS)]
 
-
+# %% ../nbs/13_pretrained.ipynb #b04323ef
 def native_layer_specs(model, spec: str = NATIVE) -> list[str]:
     "One lengthx spec per layer: the model's own design (`hf_layer_pattern`), with `spec`'s RoPE on the layers it rescales unless spec is 'native'."
     cfg, name = _text_config(model), type(model).__name__
@@ -734,7 +734,7 @@ def _native_layout(attn: nn.Module, rotary: nn.Module, head_dim: int, layer_type
     if torch.is_tensor(out) and out.is_complex(): return torch.arange(head_dim), head_dim
     return rotary_layout(attn, rotary, head_dim, layer_type)
 
-
+# %% ../nbs/13_pretrained.ipynb #c13118be
 def _native_plan(model, specs: Sequence[str], max_len: int) -> list[tuple[nn.Module, LayerPE]]:
     "Each attention module with its layer's lengthx PE (rotation, window or chunk, temperature), layout and sink; every check first."
     cfg, name = _text_config(model), type(model).__name__
@@ -768,7 +768,7 @@ def _own_temperature_off(model, mods: Sequence[nn.Module], undo: list) -> None:
         beta, rp["llama_4_scaling_beta"] = rp["llama_4_scaling_beta"], 0.0
         undo.append(lambda: rp.__setitem__("llama_4_scaling_beta", beta))
 
-
+# %% ../nbs/13_pretrained.ipynb #0e098157
 def extend_native(model, spec: str = NATIVE) -> Extension:
     "Route a SmolLM3, Gemma 3, Cohere2, gpt-oss, Llama 4, Gemma 4 or Ministral 3 model's attention through lengthx with its own per-layer design (and `spec`'s RoPE on the layers it rescales)."
     specs = native_layer_specs(model, spec)   # a model or spec it cannot honour is refused here, unchanged
@@ -784,8 +784,6 @@ def extend_native(model, spec: str = NATIVE) -> Extension:
         ext.restore()
         raise
     return ext
-
-
 
 # %% ../nbs/13_pretrained.ipynb #f10535e7
 def hf_rope_parameters(spec: str, facts: RotaryFacts) -> dict:
@@ -864,7 +862,7 @@ def random_hf(table: dict, family: str, settings: dict, seed: int = 0):
     torch.manual_seed(seed)
     return getattr(tf, model_name)(getattr(tf, cfg_name)(**settings)).eval()
 
-
+# %% ../nbs/13_pretrained.ipynb #63dd1f80
 def tiny_hf(family: str, seed: int = 0):
     "A tiny random-weight Hugging Face causal LM of `family` (a key of TINY_FAMILIES), in eval mode, float32."
     over = TINY_FAMILIES[family][2] if family in TINY_FAMILIES else {}
@@ -888,7 +886,7 @@ def padded_batch(T: int = 40, pad: int = 7, vocab: int = 128, seed: int = 0) -> 
     ids[0, :pad], mask[0, :pad] = 0, 0
     return ids, mask
 
-
+# %% ../nbs/13_pretrained.ipynb #6bf5326d
 def extension_features(model) -> list[str]:
     "What of the model's design `extend` honours beyond plain rotate-half RoPE (for the table): layout, windows, caps, …"
     cfg, facts = _text_config(model), rotary_facts(model)
@@ -912,48 +910,6 @@ def family_check(family: str, specs: Sequence[str] = ("rope", "yarn:s=4")) -> di
     ids, mask = padded_batch()
     try: return {"features": extension_features(model), **{s: hf_agreement(model, s, ids, mask) for s in specs}}
     except ValueError as e: return {"refused": str(e)}
-
-# %% ../nbs/13_pretrained.ipynb #63dd1f80
-_NATIVE_TINY = dict(_TINY, num_key_value_heads=2, head_dim=16, max_position_embeddings=64)
-NATIVE_FAMILIES = {   # family: (config class, model class, settings over _NATIVE_TINY): windows, chunks and floors of 8 tokens
-    "SmolLM3": ("SmolLM3Config", "SmolLM3ForCausalLM", dict(num_hidden_layers=4, no_rope_layer_interval=4)),
-    "Gemma 3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
-        num_hidden_layers=6, sliding_window=8, rope_parameters={
-            "sliding_attention": dict(rope_type="default", rope_theta=10000.0),
-            "full_attention": dict(rope_type="linear", factor=8.0, rope_theta=1000000.0)})),
-    "Cohere2": ("Cohere2Config", "Cohere2ForCausalLM", dict(
-        num_hidden_layers=4, sliding_window=8, layer_types=["sliding_attention"] * 3 + ["full_attention"])),
-    "gpt-oss": ("GptOssConfig", "GptOssForCausalLM", dict(
-        num_hidden_layers=2, sliding_window=8, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=256,
-        rope_parameters=dict(rope_type="yarn", factor=4.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
-                             original_max_position_embeddings=64, rope_theta=150000.0))),
-    "Llama 4 (text)": ("Llama4TextConfig", "Llama4ForCausalLM", dict(
-        num_hidden_layers=4, attention_chunk_size=8, intermediate_size_mlp=128, num_local_experts=2, floor_scale=8,
-        attn_scale=0.5)),
-    "Gemma 4 (text)": ("Gemma4TextConfig", "Gemma4ForCausalLM", dict(
-        num_hidden_layers=3, sliding_window=8, hidden_size_per_layer_input=16, vocab_size_per_layer_input=128,
-        layer_types=["sliding_attention"] * 2 + ["full_attention"])),
-    "Ministral 3": ("Ministral3Config", "Ministral3ForCausalLM", dict(
-        num_hidden_layers=2, rope_parameters=dict(
-            rope_type="yarn", rope_theta=1000000.0, factor=4.0, original_max_position_embeddings=16, beta_fast=32.0,
-            beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0, llama_4_scaling_beta=0.5))),
-}
-
-
-def tiny_native(family: str, seed: int = 0):
-    "A tiny random-weight Hugging Face model of `family` (a key of NATIVE_FAMILIES), eval mode, float32, its windows and chunks 8 tokens."
-    over = NATIVE_FAMILIES[family][2] if family in NATIVE_FAMILIES else {}
-    return random_hf(NATIVE_FAMILIES, family, {**_NATIVE_TINY, **over}, seed)
-
-
-@torch.no_grad()
-def native_agreement(model, ids: Tensor, spec: str = NATIVE) -> float:
-    "Max |logit difference| between `model` extended by `spec` and Hugging Face's own (the model as shipped for 'native', else `hf_twin`)."
-    native_layer_specs(model, spec)   # what extend refuses is refused here, before Hugging Face's twin is built
-    ref = model if spec.strip() == NATIVE else hf_twin(model, spec)
-    want = ref(ids, use_cache=False).logits
-    with extend(model, spec): ours = model(ids, use_cache=False).logits
-    return (ours - want).abs().max().item()
 
 # %% ../nbs/13_pretrained.ipynb #f6e1a9cf
 PASSKEY_INTRO = ("There is a pass key hidden inside a lot of irrelevant text. Find it and remember it: "
@@ -991,7 +947,7 @@ def random_key(rng: random.Random) -> str:
     "A random 5-digit key (10000-99999)."
     return str(rng.randrange(10000, 100000))
 
-
+# %% ../nbs/13_pretrained.ipynb #1bcc122e
 @torch.no_grad()
 def passkey_trial(model, prompt: PasskeyPrompt) -> dict:
     "Greedy exact match and log-likelihood of the key, both from one teacher-forced forward (see the chapter's proof)."
@@ -1028,7 +984,7 @@ def passkey_grid(model, tok, lengths: Sequence[int], depths: Sequence[float], tr
         logp.setdefault(str(L), {})[f"{d:g}"] = sum(r["logp"] for r in runs) / trials
     return {"accuracy": acc, "logp": logp}
 
-
+# %% ../nbs/13_pretrained.ipynb #f0426371
 def _bar(items, progress: bool, desc: str):
     if not progress: return items
     return tqdm(items, desc=desc, leave=False)
@@ -1060,7 +1016,7 @@ def self_extend_reach(spec: str, L: int) -> int:
     return next(T for T in range((L - w) * G + w - G, (L - w) * G + w + 2 * G)
                 if self_extend_relative(torch.tensor(float(T)), torch.tensor(0.0), G, w).item() >= L)
 
-
+# %% ../nbs/13_pretrained.ipynb #df00ca32
 def ppl_row(model, tokens: Tensor, spec: Optional[str], lengths: Sequence[int], *, k: int, n_windows: int, anchor: int) -> dict:
     "Perplexity of `model` extended by `spec` (None: as shipped) on the same scored targets at each length, with seconds, peak bytes and bytes above the start."
     row = {"ppl": {}, "seconds": {}, "peak_bytes": {}, "extra_bytes": {}}
@@ -1094,7 +1050,7 @@ def first_layers(model, n: int):
     try: yield model
     finally: inner.layers, inner.config.num_hidden_layers = layers, count
 
-
+# %% ../nbs/13_pretrained.ipynb #8e7b93bb
 def cut_row(model, tokens: Tensor, spec: str, length: int, layers: int) -> dict:
     "Seconds and peak bytes of one forward at `length` through the first `layers` layers, the model extended by `spec`."
     with first_layers(model, layers):
@@ -1128,35 +1084,12 @@ def pretrained_grid(settings: dict, progress: bool = True, *, loaded=None, step=
     return out
 
 # %% ../nbs/13_pretrained.ipynb #959d9566
-def finetune(model, tokens: Tensor, length: int, spec: str = "rope:pi=2", *, steps: int = 1, lr: float = 2e-5,
-             seed: int = 0) -> dict:
-    "Fine-tune `model` (in place: pass a copy) on windows of `length` with `spec` applied; seconds and peak bytes per step."
-    hf = _hf(model)
-    dev = next(hf.parameters()).device
-    opt = torch.optim.AdamW(hf.parameters(), lr=lr, weight_decay=0.0)
-    g, log = torch.Generator().manual_seed(seed), []
-    hf.train()
-    try:
-        with extend(hf, spec):
-            for _ in range(steps):
-                s = int(torch.randint(0, len(tokens) - length, (1,), generator=g))
-                ids = tokens[s:s + length].to(dev)[None]
-                t = time.perf_counter()
-                with PeakMemory(dev) as mem:
-                    loss = hf(input_ids=ids, labels=ids, use_cache=False).loss
-                    loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-                log.append({"loss": loss.item(), "seconds": round(time.perf_counter() - t, 2), "peak_bytes": mem.peak})
-    finally:
-        hf.eval()
-    return {"spec": spec, "length": length, "lr": lr, "steps": log}
-
-
 def grid_curves(result: dict, what: str = "ppl") -> dict[str, dict[int, float]]:
     "{spec: {length: value}} from a grid result (`what`: ppl, seconds or peak_bytes), lengths as sorted ints."
     return {spec: {int(L): v for L, v in sorted(row[what].items(), key=lambda kv: int(kv[0]))}
             for spec, row in result["ppl"].items()}
 
-# %% ../nbs/13_pretrained.ipynb #13a4e46b
+# %% ../nbs/13_pretrained.ipynb #27b8df81
 SMOLLM2_ATTENTION = dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
                          rope_theta=100000.0, max_position_embeddings=8192)   # SmolLM2-135M's config (a test checks it)
 PARTS_METHODS = ["rerope", "rerope:logn=true", "self_extend:g=8:w=1024", "dca", "string", "sinks"]
@@ -1180,7 +1113,7 @@ def extension_calls(model, idx: Tensor, specs: Sequence[str]) -> dict:
         return call
     return {SHIPPED: run(None), **{s: run(s) for s in specs}}
 
-# %% ../nbs/13_pretrained.ipynb #77893612
+# %% ../nbs/13_pretrained.ipynb #cee95f39
 PARTS_SETTINGS = {
     "smoke": dict(threads=1, llama=dict(T=256, layers=1, rounds=1), window=dict(lengths=[128], rounds=1, w=16, inner="kerple_log",
                   preset="tiny"), model=SMOLLM2, split="test", layers=1, lengths=[128, 256], warmup_length=64, best_length=512,
@@ -1202,7 +1135,7 @@ def best_candidates(methods: Sequence[str], length: int, L: int) -> list[str]:
     keep = lambda m: parse_spec(m)[0] != "sinks" and (parse_spec(m)[0] != "self_extend" or self_extend_reach(m, L) >= length)
     return [m for m in methods if keep(m)]
 
-
+# %% ../nbs/13_pretrained.ipynb #557ecab0
 def smollm2_rows(model, tok, S: dict, step, progress: bool = False) -> dict:
     "SmolLM2 cut to its first `layers` layers: one forward per method at each length beside the shipped model, then the fastest full-attention method at `best_length`."
     hf, L = _hf(model), rotary_facts(model).original_max_len
@@ -1240,3 +1173,68 @@ def parts_grid(S: dict, progress: bool = True, *, loaded=None, step=None) -> dic
                 "smollm2": smollm2_rows(model, tok, S, step, progress), "threads": S["threads"]}
     finally:
         torch.set_num_threads(old)
+
+# %% ../nbs/13_pretrained.ipynb #5833c342
+_NATIVE_TINY = dict(_TINY, num_key_value_heads=2, head_dim=16, max_position_embeddings=64)
+NATIVE_FAMILIES = {   # family: (config class, model class, settings over _NATIVE_TINY): windows, chunks and floors of 8 tokens
+    "SmolLM3": ("SmolLM3Config", "SmolLM3ForCausalLM", dict(num_hidden_layers=4, no_rope_layer_interval=4)),
+    "Gemma 3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
+        num_hidden_layers=6, sliding_window=8, rope_parameters={
+            "sliding_attention": dict(rope_type="default", rope_theta=10000.0),
+            "full_attention": dict(rope_type="linear", factor=8.0, rope_theta=1000000.0)})),
+    "Cohere2": ("Cohere2Config", "Cohere2ForCausalLM", dict(
+        num_hidden_layers=4, sliding_window=8, layer_types=["sliding_attention"] * 3 + ["full_attention"])),
+    "gpt-oss": ("GptOssConfig", "GptOssForCausalLM", dict(
+        num_hidden_layers=2, sliding_window=8, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=256,
+        rope_parameters=dict(rope_type="yarn", factor=4.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+                             original_max_position_embeddings=64, rope_theta=150000.0))),
+    "Llama 4 (text)": ("Llama4TextConfig", "Llama4ForCausalLM", dict(
+        num_hidden_layers=4, attention_chunk_size=8, intermediate_size_mlp=128, num_local_experts=2, floor_scale=8,
+        attn_scale=0.5)),
+    "Gemma 4 (text)": ("Gemma4TextConfig", "Gemma4ForCausalLM", dict(
+        num_hidden_layers=3, sliding_window=8, hidden_size_per_layer_input=16, vocab_size_per_layer_input=128,
+        layer_types=["sliding_attention"] * 2 + ["full_attention"])),
+    "Ministral 3": ("Ministral3Config", "Ministral3ForCausalLM", dict(
+        num_hidden_layers=2, rope_parameters=dict(
+            rope_type="yarn", rope_theta=1000000.0, factor=4.0, original_max_position_embeddings=16, beta_fast=32.0,
+            beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0, llama_4_scaling_beta=0.5))),
+}
+
+
+def tiny_native(family: str, seed: int = 0):
+    "A tiny random-weight Hugging Face model of `family` (a key of NATIVE_FAMILIES), eval mode, float32, its windows and chunks 8 tokens."
+    over = NATIVE_FAMILIES[family][2] if family in NATIVE_FAMILIES else {}
+    return random_hf(NATIVE_FAMILIES, family, {**_NATIVE_TINY, **over}, seed)
+
+# %% ../nbs/13_pretrained.ipynb #5ae5a71d
+@torch.no_grad()
+def native_agreement(model, ids: Tensor, spec: str = NATIVE) -> float:
+    "Max |logit difference| between `model` extended by `spec` and Hugging Face's own (the model as shipped for 'native', else `hf_twin`)."
+    native_layer_specs(model, spec)   # what extend refuses is refused here, before Hugging Face's twin is built
+    ref = model if spec.strip() == NATIVE else hf_twin(model, spec)
+    want = ref(ids, use_cache=False).logits
+    with extend(model, spec): ours = model(ids, use_cache=False).logits
+    return (ours - want).abs().max().item()
+
+# %% ../nbs/13_pretrained.ipynb #49ce1762
+def finetune(model, tokens: Tensor, length: int, spec: str = "rope:pi=2", *, steps: int = 1, lr: float = 2e-5,
+             seed: int = 0) -> dict:
+    "Fine-tune `model` (in place: pass a copy) on windows of `length` with `spec` applied; seconds and peak bytes per step."
+    hf = _hf(model)
+    dev = next(hf.parameters()).device
+    opt = torch.optim.AdamW(hf.parameters(), lr=lr, weight_decay=0.0)
+    g, log = torch.Generator().manual_seed(seed), []
+    hf.train()
+    try:
+        with extend(hf, spec):
+            for _ in range(steps):
+                s = int(torch.randint(0, len(tokens) - length, (1,), generator=g))
+                ids = tokens[s:s + length].to(dev)[None]
+                t = time.perf_counter()
+                with PeakMemory(dev) as mem:
+                    loss = hf(input_ids=ids, labels=ids, use_cache=False).loss
+                    loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+                log.append({"loss": loss.item(), "seconds": round(time.perf_counter() - t, 2), "peak_bytes": mem.peak})
+    finally:
+        hf.eval()
+    return {"spec": spec, "length": length, "lr": lr, "steps": log}
