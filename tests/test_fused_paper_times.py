@@ -3,7 +3,7 @@ import pytest
 
 from lengthx.model import PRESETS
 from lengthx.pe.dape import dape_flops, flop_limit
-from lengthx.pe.fused import PAPER_MS, PAPER_SHAPES, paper_ratios
+from lengthx.pe.fused import PAPER_MS, PAPER_PEER_MS, PAPER_SHAPES, paper_peer_ratios, paper_ratios
 
 # The ratio columns as the papers print them, transcribed apart from the milliseconds: Kerple ÷ DAPE-Kerple
 # (DAPE, Table 1); Kerple ÷ CDAPE-Kerple and DAPE-Kerple ÷ CDAPE-Kerple (CDAPE, Table 8).
@@ -55,3 +55,26 @@ def test_ratios_and_floors_fall_with_size_and_ratios_stay_above():
         assert all(r > f > 1 for r, f in zip(ratios, floors)), (key, ratios, floors)
         assert floors == sorted(floors, reverse=True) and ratios == sorted(ratios, reverse=True)
         assert (floors[0] - 1) / (floors[-1] - 1) > (ratios[0] - floors[0]) / (ratios[-1] - floors[-1])
+
+
+# DAPE Table 1's ratio column for the encodings of about Kerple's FLOPs, as printed: RoPE, ALiBi, T5's bias ÷ DAPE-Kerple.
+PRINTED_PEERS = {"350M": (0.9366, 0.7697, 1.5839), "2.7B": (1.1187, 0.7715, 1.2725), "6.7B": (0.8858, 0.8317, 1.1273)}
+
+
+@pytest.mark.parametrize("size", list(PRINTED_PEERS))
+def test_peer_milliseconds_give_the_printed_ratio_column(size):
+    "Each peer's printed ratio is its milliseconds over DAPE-Kerple's cut to four places: a wrong digit in a time fails."
+    got = [PAPER_PEER_MS[size][n] / PAPER_MS[size]["DAPE-Kerple"] for n in ("RoPE", "ALiBi", "T5's bias")]
+    for g, printed in zip(got, PRINTED_PEERS[size]):
+        assert 0 <= g - printed < 1e-4, (size, g, printed)
+
+
+def test_peer_ratios_divide_by_kerple():
+    "paper_peer_ratios is each peer's time over Kerple's (not DAPE-Kerple's): the band of equal-FLOP encodings."
+    r = {z: paper_peer_ratios(z) for z in PAPER_PEER_MS}
+    assert [round(r[z]["RoPE"], 2) for z in r] == [1.11, 1.28, 0.96]
+    assert [round(r[z]["ALiBi"], 2) for z in r] == [0.91, 0.88, 0.90]
+    assert [round(r[z]["T5's bias"], 2) for z in r] == [1.87, 1.45, 1.22]
+    assert list(PAPER_PEER_MS) == list(PAPER_MS)
+    with pytest.raises(ValueError, match="350M, 2.7B, 6.7B"):
+        paper_peer_ratios("1.3B")

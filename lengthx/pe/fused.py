@@ -30,11 +30,12 @@ except ImportError:
 
 # %% auto #0
 __all__ = ['CPP_SOURCE', 'KERNEL_ENV', 'BUILD_FLAGS', 'REFINE_TOL', 'LAUNCH', 'SM90_SHARED', 'PAPER_MS', 'PAPER_SHAPES',
-           'kernel_enabled', 'kernel_mode', 'eager_refine', 'cpu_kernel', 'build_info', 'visible_counts',
-           'kernel_weights', 'fold_bias_weights', 'variant_operands', 'cpu_refine_forward', 'cpu_refine_backward',
-           'FusedRefine', 'kernel_ready', 'f_weights', 'fused_refine', 'triton_kernels', 'triton_refine_forward',
-           'triton_refine_backward', 'default_stages', 'kernel_shared_bytes', 'weights_enabled', 'bias_operand',
-           'cpu_attend_forward', 'fused_weights', 'paper_ratios']
+           'PAPER_PEER_MS', 'kernel_enabled', 'kernel_mode', 'eager_refine', 'cpu_kernel', 'build_info',
+           'visible_counts', 'kernel_weights', 'fold_bias_weights', 'variant_operands', 'cpu_refine_forward',
+           'cpu_refine_backward', 'FusedRefine', 'kernel_ready', 'f_weights', 'fused_refine', 'triton_kernels',
+           'triton_refine_forward', 'triton_refine_backward', 'default_stages', 'kernel_shared_bytes',
+           'weights_enabled', 'bias_operand', 'cpu_attend_forward', 'fused_weights', 'paper_ratios',
+           'paper_peer_ratios']
 
 # %% ../../nbs/43_dape_fast.ipynb #882b105c
 CPP_SOURCE = r"""#include <algorithm>
@@ -890,8 +891,20 @@ PAPER_SHAPES = {   # 350M: the papers' own table of configurations; 2.7B, 6.7B: 
     "6.7B": dict(n_layer=32, n_head=32, d_model=4096)}
 
 
+PAPER_PEER_MS = {   # ms, same runs, DAPE Table 1: encodings whose own work is elementwise or a lookup, about Kerple's FLOPs
+    "350M": {"RoPE": 210.01, "ALiBi": 172.60, "T5's bias": 355.16},
+    "2.7B": {"RoPE": 472.63, "ALiBi": 325.95, "T5's bias": 537.62},
+    "6.7B": {"RoPE": 635.57, "ALiBi": 596.77, "T5's bias": 808.85}}
+
+
 def paper_ratios(size: str) -> dict:
     "DAPE-Kerple's and CDAPE-Kerple's time over Kerple's at one of the papers' sizes, computed from their milliseconds."
     if size not in PAPER_MS: raise ValueError(f"the papers time the sizes {', '.join(PAPER_MS)}; got {size!r}")
     ms = PAPER_MS[size]
     return {n: ms[n] / ms["Kerple"] for n in ("DAPE-Kerple", "CDAPE-Kerple")}
+
+
+def paper_peer_ratios(size: str) -> dict:
+    "RoPE's, ALiBi's and T5's-bias time over Kerple's at one of the papers' sizes: how far single timings of about equal FLOPs spread."
+    if size not in PAPER_PEER_MS: raise ValueError(f"the papers time the sizes {', '.join(PAPER_PEER_MS)}; got {size!r}")
+    return {n: t / PAPER_MS[size]["Kerple"] for n, t in PAPER_PEER_MS[size].items()}
