@@ -28,7 +28,7 @@ def test_the_t5_row_carries_the_setting_note_beside_its_verdict_and_the_note_cha
 def test_bipe_rows_carry_the_segment_note():
     for text in ("BiPE-ALiBi", "BiPE-RoPE"):
         row = E.ledger(RECS, [claim(text)])[0]
-        assert "segments" in row.setting and "1024 tokens" in row.setting
+        assert "segments" in row.setting and "1024-token windows of the Pile" in row.setting and "PG19" in row.setting
 
 
 def test_kerple_power_is_read_at_4x_with_the_papers_significant_2048_numbers():
