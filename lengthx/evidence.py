@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
@@ -20,13 +21,13 @@ from .results import CHECKSUM, device_of, load_results, result_dirs
 
 # %% auto #0
 __all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES_PER_TOKEN', 'HERE', 'NON_OVERLAPPING',
-           'LAST_256', 'PER_POSITION', 'CLAIMS', 'VERDICTS', 'LEARNED_MARGIN', 'SCHEDULE_UNITS', 'READS_PREFIX',
-           'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather', 'level', 'growth', 'yardstick', 't975',
-           'paired_interval', 'Comparison', 'values_of', 'compare', 'window_ppl', 'compare_windows', 'Claim',
-           't5_unseen_buckets', 't5_setting', 'bipe_setting', 'LedgerRow', 'side', 'judge', 'log_ratios',
-           'log_interval', 'read_claim', 'gpu_presets', 'ledger', 'seed_list', 'ledger_table', 'setup_steps',
-           'seed_spread', 'schedule_table', 'payload_sha256', 'experiment_files', 'reads_line', 'reads', 'claims_about',
-           'chapter_ledger']
+           'LAST_256', 'PER_POSITION', 'PAPER_BIAS_GROWTH', 'CLAIMS', 'VERDICTS', 'LEARNED_MARGIN', 'SCHEDULE_UNITS',
+           'READS_PREFIX', 'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather', 'level', 'growth', 'yardstick',
+           't975', 'paired_interval', 'Comparison', 'values_of', 'compare', 'window_ppl', 'compare_windows', 'Claim',
+           't5_unseen_buckets', 't5_setting', 'bipe_setting', 'flat_bias_setting', 'LedgerRow', 'side', 'judge',
+           'log_ratios', 'log_interval', 'read_claim', 'gpu_presets', 'ledger', 'seed_list', 'ledger_table',
+           'setup_steps', 'seed_spread', 'schedule_table', 'payload_sha256', 'experiment_files', 'reads_line', 'reads',
+           'claims_about', 'chapter_ledger']
 
 # %% ../nbs/57_evidence.ipynb #d5c5209f
 LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape", "successors")        # units whose rows are trained language models, `spec|seed=N`
@@ -342,7 +343,7 @@ class Claim:
     numbers: str             # the paper's numbers, as the paper gives them
     yardstick: bool = False  # growth below 1 read as extrapolation: judged against the windowed model
     protocol_note: str = ""  # where the paper's evaluation protocol differs from the book's same-targets one
-    setting_note: Optional[Callable[[int], str]] = None   # given the training length L: where the book's setting leaves the claim untested
+    setting_note: Optional[Callable[..., str]] = None   # given (L, results, preset): where the book's setting leaves the claim untested
 
     def effect(self, bpt: tuple = None) -> Optional[tuple]:
         "The paper's effect per byte: ln(paper_a/paper_b) per BPE token divided by the bytes-per-token range, as (low, high)."
@@ -366,7 +367,7 @@ def t5_unseen_buckets(L: int, factor: int, num_buckets: int = 32, max_distance: 
     return sorted(at_test - from_train)
 
 
-def t5_setting(L: int, factor: int = 16) -> str:
+def t5_setting(L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu", factor: int = 16) -> str:
     "The T5 row's setting note: which buckets the test reaches that training at L never trained."
     unseen = t5_unseen_buckets(L, factor)
     if not unseen: return ""
@@ -376,26 +377,58 @@ def t5_setting(L: int, factor: int = 16) -> str:
             "the paper trained at 512, where every bucket is trained")
 
 
-def bipe_setting(L: int) -> str:
+def bipe_setting(L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu") -> str:
     "The BiPE rows' setting note: a training window of L bytes holds few segments (counted in chapter 70)."
     return (f"book's setting: a training window of L = {L} bytes holds a few segments (split on '.' and newline; chapter 70 "
-            "counts them), so the inter-segment encoding is trained on segment distances of a few; the paper trains on "
-            "1024 tokens of prose")
+            "counts them), so the inter-segment encoding is trained on segment distances of a few; the paper pre-trains on "
+            "1024-token windows of the Pile (prose and code) and evaluates on PG19's books, whose windows hold many sentences")
+
+
+PAPER_BIAS_GROWTH = {"DAPE Table 7, 512 → 8192": (19.68, 39.31), "DAPE v2 Table 1, 128 → 8192": (8.30, 12.59)}   # the papers' bare Kerple
+
+
+def _span(xs: Sequence[float]) -> str:
+    "A range of growths, ×lo–×hi (one value when they agree at three places)."
+    lo, hi = f"{min(xs):.3f}", f"{max(xs):.3f}"
+    return f"×{lo}" if lo == hi else f"×{lo}–×{hi}"
+
+
+def flat_bias_setting(L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu", factor: int = 16,
+                      models: Sequence[str] = ()) -> str:
+    "A remedy-for-degradation row's setting note: the bare bias's growth here over seeds, and whether `models` are told apart from the window yardstick."
+    g = growth(gather("kerple_log", recs, preset), factor * L)
+    if len(g) < 2: return ""
+    mean, (lo, hi) = paired_interval([math.log(v) for v in g.values()])
+    if lo > 0: return ""                                         # the bare bias degrades here: the claim is testable
+    win = f"window:w={L}:kerple_log"
+    apart, not_apart = [], []
+    for m in models:
+        iv = log_interval(compare(m, win, "growth", factor * L, recs=recs, preset=preset))
+        if iv is not None: (not_apart if side(iv) == "≈" else apart).append(f"`{m}` [{iv[0]:+.3f}, {iv[1]:+.3f}]")
+    paper = "; ".join(f"×{b / a:.2f} in {k}" for k, (a, b) in PAPER_BIAS_GROWTH.items())
+    told = (f"; in growth to {factor}×, ln(g/g_window) against `{win}`: " if apart or not_apart else "") + \
+           (f"not told apart for {', '.join(not_apart)}" if not_apart else "") + \
+           (("; " if not_apart else "") + f"told apart for {', '.join(apart)}" if apart else "")
+    return (f"book's setting: the bare bias does not degrade here (KERPLE-log grows ×{math.exp(mean):.3f} to {factor}× "
+            f"on average, {_span(list(g.values()))} over {seed_list(sorted(g))}, 95% interval of ln g [{lo:+.3f}, {hi:+.3f}]; the papers' bare Kerple grows {paper}){told}; with no degradation to cure, "
+            "this setting cannot test the claim")
 
 # %% ../nbs/57_evidence.ipynb #72cfd2ef
 CLAIMS = [
     Claim("DAPE", "DAPE v2 Table 1 (arXiv, train 128)", "DAPE-Kerple below Kerple at 8×", "dape:kerple_log", "kerple_log",
           "level", 8, "<", 5.20, 6.91, "5.20 vs 6.91 at 1024"),
     Claim("DAPE", "DAPE v2 Table 1 (arXiv, train 128)", "DAPE-Kerple grows less than Kerple to 8×", "dape:kerple_log",
-          "kerple_log", "growth", 8, "<", 5.20 / 8.21, 6.91 / 8.30, "g 0.633 vs 0.833 (5.20/8.21, 6.91/8.30)"),
+          "kerple_log", "growth", 8, "<", 5.20 / 8.21, 6.91 / 8.30, "g 0.633 vs 0.833 (5.20/8.21, 6.91/8.30)",
+          setting_note=partial(flat_bias_setting, factor=8, models=("dape:kerple_log", "kerple_log"))),
     Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(QKᵀ,B) below f(B) at 16×", "dape:kerple_log", "dape_fb:kerple_log",
-          "level", 16, "<", 17.88, 23.49, "17.88 vs 23.49 at 8192", protocol_note=LAST_256),
+          "level", 16, "<", 17.88, 23.49, "17.88 vs 23.49 at 8192", protocol_note=LAST_256,
+          setting_note=partial(flat_bias_setting, factor=16, models=("dape:kerple_log", "dape_fb:kerple_log"))),
     Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(B) below the bare bias at 16×", "dape_fb:kerple_log", "kerple_log",
           "level", 16, "<", 23.49, 39.31, "23.49 vs 39.31 at 8192", protocol_note=LAST_256),
     Claim("DAPE", "DAPE Table 6 (Books3, train 128)", "Transformer-XL extrapolates (growth below 1 at 16×)", "transformer_xl",
           1.0, "growth", 16, "<", 27.90 / 31.57, 1.0, "31.57 → 27.90 at 2048", yardstick=True, protocol_note=LAST_256),
     Claim("DAPE", "DAPE Table 1 (350M, train 512)", "DAPE-Kerple's step is slower than Kerple's", "dape:kerple_log",
-          "kerple_log", "cost", 1, ">", 224.22, 189.91, "224 ms vs 190 ms (1.18×; 1.14× at 2.7B, 1.08× at 6.7B)"),
+          "kerple_log", "cost", 1, ">", 224.22, 189.91, "time cost, batch 1: 224 ms vs 190 ms (1.18×; 1.14× at 2.7B, 1.08× at 6.7B); the book times a training step"),
     Claim("DAPE", "DAPE Table 2 (CHE, train 40; Kerple in the randomized columns)", "DAPE-Kerple above Kerple on even pairs",
           "dape:kerple_log", "kerple_log", "che", 1, ">", 99.58, 57.50, "99.58% vs 57.50% (randomized Kerple)"),
     Claim("CDAPE", "DAPE v2 Table 1 (arXiv, train 128)", "CDAPE below DAPE at 8×", "cdape:k=3:kerple_log", "dape:kerple_log",
@@ -403,14 +436,15 @@ CLAIMS = [
     Claim("CDAPE", "DAPE v2 Table 10 (Books3, train 128)", "CoPE degrades: grows more than DAPE-Kerple to 16×", "cope",
           "dape:kerple_log", "growth", 16, ">", 33.80 / 31.61, 23.34 / 31.49, "g 1.069 vs 0.741 (33.80/31.61, 23.34/31.49)"),
     Claim("CDAPE", "DAPE v2 app. K (350M, train 512)", "CDAPE-Kerple's step is slower than DAPE-Kerple's", "cdape:k=3:kerple_log",
-          "dape:kerple_log", "cost", 1, ">", 252.84, 224.22, "253 ms vs 224 ms (1.13×; the gap shrinks with size)"),
+          "dape:kerple_log", "cost", 1, ">", 252.84, 224.22, "time cost, batch 1: 253 ms vs 224 ms (1.13×; the gap shrinks with size); the book times a training step"),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below ALiBi at 16×", "kerple_log", "alibi", "level", 16,
           "<", 5.01, 5.74, "5.01 vs 5.74 at 8192", protocol_note=NON_OVERLAPPING),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below KERPLE-power at 4×", "kerple_log", "kerple_power",
           "level", 4, "<", 5.22, 5.26, "5.22 vs 5.26 at 2048, significant by the paper's t-test (as at 1024); at 8192 "
           "5.01 vs 5.06, not marked significant", protocol_note=NON_OVERLAPPING),
     Claim("KERPLE", "KERPLE Figure 5 (GitHub, train 512, test 4096)", "KERPLE-log below its windowed model at 8×", "kerple_log",
-          "window:w={L}:kerple_log", "level", 8, "<", None, None, "a figure: below at almost every position", protocol_note=PER_POSITION),
+          "window:w={L}:kerple_log", "level", 8, "<", None, None, "a figure: below at almost every position", protocol_note=PER_POSITION,
+          setting_note=partial(flat_bias_setting, factor=8, models=("kerple_log",))),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "RoPE breaks past L (growth above 1 at 16×)", "rope", 1.0,
           "growth", 16, ">", 54.3 / 6.07, 1.0, "6.07 → 54.3 at 8192", protocol_note=NON_OVERLAPPING),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "ALiBi flat (growth not above 1 at 16×)", "alibi", 1.0, "growth",
@@ -622,7 +656,7 @@ def ledger(recs: Optional[Sequence[dict]] = None, claims: Sequence[Claim] = CLAI
             g, files = f"{gv} ({gp[0]}, {len(gs)} seeds)", sorted(set(files) | set(gf))
         if c.protocol_note: why = f"{why} ({c.protocol_note})" if why else f"({c.protocol_note})"
         L = gather(c.a, recs, preset).train_len if c.setting_note else 0
-        setting = c.setting_note(L) if L else ""
+        setting = c.setting_note(L, recs, preset) if L else ""
         rows.append(LedgerRow(c.paper, c.where, c.claim, _metric(c), c.numbers, book, seeds, iv, verdict, why, g, files, setting))
     return rows
 

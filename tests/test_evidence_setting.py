@@ -28,7 +28,7 @@ def test_the_t5_row_carries_the_setting_note_beside_its_verdict_and_the_note_cha
 def test_bipe_rows_carry_the_segment_note():
     for text in ("BiPE-ALiBi", "BiPE-RoPE"):
         row = E.ledger(RECS, [claim(text)])[0]
-        assert "segments" in row.setting and "1024 tokens" in row.setting
+        assert "segments" in row.setting and "1024-token windows of the Pile" in row.setting and "PG19" in row.setting
 
 
 def test_kerple_power_is_read_at_4x_with_the_papers_significant_2048_numbers():
@@ -39,3 +39,31 @@ def test_kerple_power_is_read_at_4x_with_the_papers_significant_2048_numbers():
 def test_transformer_xl_row_reads_as_a_sentence():
     row = E.ledger(RECS, [claim("Transformer-XL")])[0]
     assert "another encoding's (no windowed" not in row.why and ") windowed model" not in row.why
+
+
+FLAT_ROWS = ("DAPE-Kerple grows less than Kerple", "f(QKᵀ,B) below f(B)", "KERPLE-log below its windowed model")
+
+
+def test_remedy_rows_carry_the_measured_flat_bias_note_and_keep_their_verdicts():
+    for text in FLAT_ROWS:
+        c = claim(text)
+        row, bare = E.ledger(RECS, [c])[0], E.ledger(RECS, [dataclasses.replace(c, setting_note=None)])[0]
+        g = E.growth(E.gather("kerple_log", RECS), c.factor * 64)
+        assert "bare bias does not degrade here" in row.setting and "window:w=64:kerple_log" in row.setting
+        assert f"×{min(g.values()):.3f}–×{max(g.values()):.3f} over seeds 0–4" in row.setting
+        assert f"**{row.verdict}** ({row.setting})" in E.ledger_table([row]) and bare.setting == ""
+        assert (row.verdict, row.interval, row.seeds) == (bare.verdict, bare.interval, bare.seeds)
+    assert E.ledger(RECS, [claim("DAPE-Kerple grows less")])[0].verdict == "not reproduced"
+
+
+def test_flat_bias_note_is_built_from_the_results_and_empty_when_the_bias_degrades():
+    note = E.flat_bias_setting(64, RECS, "cpu", 16, ("dape:kerple_log",))
+    g = E.growth(E.gather("kerple_log", RECS), 16 * 64)
+    assert f"×{min(g.values()):.3f}" in note and "not told apart for `dape:kerple_log`" in note
+    assert "×2.00 in DAPE Table 7" in note and "×1.52 in DAPE v2 Table 1" in note
+
+
+def test_flat_bias_note_is_empty_where_the_bare_bias_degrades(monkeypatch):
+    monkeypatch.setattr(E, "growth", lambda s, length, *a: {0: 1.9, 1: 2.0, 2: 2.1})   # grows ×2 past L, as in the papers
+    assert E.flat_bias_setting(64, RECS, "cpu", 16, ("dape:kerple_log",)) == ""
+    assert E.flat_bias_setting(64, [], "cpu", 16, ()) == ""
