@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import partial
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
@@ -20,12 +21,13 @@ from .pe.bias import relative_position_bucket
 from .results import CHECKSUM, device_of, load_results, result_dirs
 
 # %% auto #0
-__all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES_PER_TOKEN', 'HERE', 'NON_OVERLAPPING',
-           'LAST_256', 'PER_POSITION', 'PAPER_BIAS_GROWTH', 'CLAIMS', 'VERDICTS', 'LEARNED_MARGIN', 'SCHEDULE_UNITS',
-           'READS_PREFIX', 'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather', 'level', 'growth', 'yardstick',
-           't975', 'paired_interval', 'Comparison', 'values_of', 'compare', 'window_ppl', 'compare_windows', 'Claim',
-           't5_unseen_buckets', 't5_setting', 'bipe_setting', 'flat_bias_setting', 'LedgerRow', 'side', 'judge',
-           'log_ratios', 'log_interval', 'read_claim', 'gpu_presets', 'ledger', 'seed_list', 'ledger_table',
+__all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES_PER_TOKEN', 'AT_L_SHARE', 'HERE',
+           'NON_OVERLAPPING', 'LAST_256', 'PER_POSITION', 'PAPER_BIAS_GROWTH', 'CLAIMS', 'VERDICTS', 'LEARNED_MARGIN',
+           'SCHEDULE_UNITS', 'READS_PREFIX', 'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather', 'level',
+           'growth', 'yardstick', 't975', 'paired_interval', 'Comparison', 'values_of', 'compare', 'window_ppl',
+           'compare_windows', 'Claim', 'per_byte', 't5_unseen_buckets', 't5_setting', 'bipe_setting',
+           'flat_bias_setting', 'LedgerRow', 'side', 'judge', 'log_ratios', 'log_interval', 'growth_reason',
+           'read_claim', 'gpu_presets', 'ledger', 'seed_list', 'superscript', 'setting_notes', 'ledger_table',
            'setup_steps', 'seed_spread', 'schedule_table', 'payload_sha256', 'experiment_files', 'reads_line', 'reads',
            'claims_about', 'chapter_ledger']
 
@@ -325,6 +327,7 @@ def _window_sentence(c: Comparison) -> str:
 
 # %% ../nbs/57_evidence.ipynb #807085d2
 BYTES_PER_TOKEN = (3.0, 4.5)   # assumed bytes per BPE token of the papers' tokenizers (not measured: ~4 on English prose)
+AT_L_SHARE = 1 / 3              # the paper's gap at L under this share of its gap at n·L: its effect is growth (a chosen threshold)
 
 
 @dataclass
@@ -344,12 +347,29 @@ class Claim:
     yardstick: bool = False  # growth below 1 read as extrapolation: judged against the windowed model
     protocol_note: str = ""  # where the paper's evaluation protocol differs from the book's same-targets one
     setting_note: Optional[Callable[..., str]] = None   # given (L, results, preset): where the book's setting leaves the claim untested
+    paper_at_L: Optional[tuple] = None   # the paper's own (a, b) at the training length L, for a level claim; None where it gives none
 
     def effect(self, bpt: tuple = None) -> Optional[tuple]:
         "The paper's effect per byte: ln(paper_a/paper_b) per BPE token divided by the bytes-per-token range, as (low, high)."
         if self.paper_a is None or self.paper_b is None or self.quantity not in ("level", "growth"): return None
-        e, (lo, hi) = math.log(self.paper_a / self.paper_b), (bpt or BYTES_PER_TOKEN)
-        return tuple(sorted((e / lo, e / hi)))
+        return per_byte(math.log(self.paper_a / self.paper_b), bpt)
+
+    def growth_effect(self, bpt: tuple = None) -> Optional[tuple]:
+        "The paper's growth effect per byte, ln((a/a_L)/(b/b_L)) converted like `effect`: what its level claim at n× grew from L."
+        if self.paper_at_L is None or self.effect() is None: return None
+        (aL, bL) = self.paper_at_L
+        return per_byte(math.log((self.paper_a / aL) / (self.paper_b / bL)), bpt)
+
+    def share_at_L(self) -> Optional[float]:
+        "How much of the paper's gap at n× is already there at L: |ln(a_L/b_L)| / |ln(a/b)|, on the paper's own numbers."
+        if self.paper_at_L is None or self.effect() is None or self.paper_a == self.paper_b: return None
+        return abs(math.log(self.paper_at_L[0] / self.paper_at_L[1])) / abs(math.log(self.paper_a / self.paper_b))
+
+
+def per_byte(e: float, bpt: tuple = None) -> tuple:
+    "A log ratio per BPE token as a range per byte: divided by each end of the bytes-per-token range, as (low, high)."
+    lo, hi = bpt or BYTES_PER_TOKEN
+    return tuple(sorted((e / lo, e / hi)))
 
 # %% ../nbs/57_evidence.ipynb #0fdd1948
 HERE = "here: the same targets at every length"
@@ -416,15 +436,16 @@ def flat_bias_setting(L: int, recs: Optional[Sequence[dict]] = None, preset: str
 # %% ../nbs/57_evidence.ipynb #72cfd2ef
 CLAIMS = [
     Claim("DAPE", "DAPE v2 Table 1 (arXiv, train 128)", "DAPE-Kerple below Kerple at 8×", "dape:kerple_log", "kerple_log",
-          "level", 8, "<", 5.20, 6.91, "5.20 vs 6.91 at 1024"),
+          "level", 8, "<", 5.20, 6.91, "5.20 vs 6.91 at 1024; 8.21 vs 8.30 at 128", paper_at_L=(8.21, 8.30)),
     Claim("DAPE", "DAPE v2 Table 1 (arXiv, train 128)", "DAPE-Kerple grows less than Kerple to 8×", "dape:kerple_log",
           "kerple_log", "growth", 8, "<", 5.20 / 8.21, 6.91 / 8.30, "g 0.633 vs 0.833 (5.20/8.21, 6.91/8.30)",
           setting_note=partial(flat_bias_setting, factor=8, models=("dape:kerple_log", "kerple_log"))),
     Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(QKᵀ,B) below f(B) at 16×", "dape:kerple_log", "dape_fb:kerple_log",
-          "level", 16, "<", 17.88, 23.49, "17.88 vs 23.49 at 8192", protocol_note=LAST_256,
+          "level", 16, "<", 17.88, 23.49, "17.88 vs 23.49 at 8192; 19.22 vs 19.64 at 512", protocol_note=LAST_256, paper_at_L=(19.22, 19.64),
           setting_note=partial(flat_bias_setting, factor=16, models=("dape:kerple_log", "dape_fb:kerple_log"))),
     Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(B) below the bare bias at 16×", "dape_fb:kerple_log", "kerple_log",
-          "level", 16, "<", 23.49, 39.31, "23.49 vs 39.31 at 8192", protocol_note=LAST_256),
+          "level", 16, "<", 23.49, 39.31, "23.49 vs 39.31 at 8192; 19.64 vs 19.68 at 512", protocol_note=LAST_256,
+          paper_at_L=(19.64, 19.68)),
     Claim("DAPE", "DAPE Table 6 (Books3, train 128)", "Transformer-XL extrapolates (growth below 1 at 16×)", "transformer_xl",
           1.0, "growth", 16, "<", 27.90 / 31.57, 1.0, "31.57 → 27.90 at 2048", yardstick=True, protocol_note=LAST_256),
     Claim("DAPE", "DAPE Table 1 (350M, train 512)", "DAPE-Kerple's step is slower than Kerple's", "dape:kerple_log",
@@ -432,16 +453,16 @@ CLAIMS = [
     Claim("DAPE", "DAPE Table 2 (CHE, train 40; Kerple in the randomized columns)", "DAPE-Kerple above Kerple on even pairs",
           "dape:kerple_log", "kerple_log", "che", 1, ">", 99.58, 57.50, "99.58% vs 57.50% (randomized Kerple)"),
     Claim("CDAPE", "DAPE v2 Table 1 (arXiv, train 128)", "CDAPE below DAPE at 8×", "cdape:k=3:kerple_log", "dape:kerple_log",
-          "level", 8, "<", 5.05, 5.20, "5.05 vs 5.20 at 1024"),
+          "level", 8, "<", 5.05, 5.20, "5.05 vs 5.20 at 1024; 8.15 vs 8.21 at 128", paper_at_L=(8.15, 8.21)),
     Claim("CDAPE", "DAPE v2 Table 10 (Books3, train 128)", "CoPE degrades: grows more than DAPE-Kerple to 16×", "cope",
           "dape:kerple_log", "growth", 16, ">", 33.80 / 31.61, 23.34 / 31.49, "g 1.069 vs 0.741 (33.80/31.61, 23.34/31.49)"),
     Claim("CDAPE", "DAPE v2 app. K (350M, train 512)", "CDAPE-Kerple's step is slower than DAPE-Kerple's", "cdape:k=3:kerple_log",
           "dape:kerple_log", "cost", 1, ">", 252.84, 224.22, "time cost, batch 1: 253 ms vs 224 ms (1.13×; the gap shrinks with size); the book times a training step"),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below ALiBi at 16×", "kerple_log", "alibi", "level", 16,
-          "<", 5.01, 5.74, "5.01 vs 5.74 at 8192", protocol_note=NON_OVERLAPPING),
+          "<", 5.01, 5.74, "5.01 vs 5.74 at 8192; 6.07 vs 6.12 at 512", protocol_note=NON_OVERLAPPING, paper_at_L=(6.07, 6.12)),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below KERPLE-power at 4×", "kerple_log", "kerple_power",
           "level", 4, "<", 5.22, 5.26, "5.22 vs 5.26 at 2048, significant by the paper's t-test (as at 1024); at 8192 "
-          "5.01 vs 5.06, not marked significant", protocol_note=NON_OVERLAPPING),
+          "5.01 vs 5.06, not marked significant; 6.07 vs 6.10 at 512", protocol_note=NON_OVERLAPPING, paper_at_L=(6.07, 6.10)),
     Claim("KERPLE", "KERPLE Figure 5 (GitHub, train 512, test 4096)", "KERPLE-log below its windowed model at 8×", "kerple_log",
           "window:w={L}:kerple_log", "level", 8, "<", None, None, "a figure: below at almost every position", protocol_note=PER_POSITION,
           setting_note=partial(flat_bias_setting, factor=8, models=("kerple_log",))),
@@ -533,6 +554,26 @@ def _fit_reading(c: Claim, bspec, L: int, recs, preset: str, gpu: bool) -> tuple
     return text, log_interval(at1), log_interval(g)
 
 
+def _growth_text(c: Claim, bspec, L: int, recs, preset: str, gpu: bool) -> str:
+    "The book column's growth reading of a level claim: mean growth of a and of b to n×."
+    g = compare(c.a, bspec, "growth", c.factor * L, recs=recs, preset=preset, gpu=gpu)
+    return "" if g.n == 0 else f"; growth {_fmt('growth', _mean(g.a_values))} vs {_fmt('growth', _mean(g.b_values))}"
+
+
+def growth_reason(c: Claim, iv1: Optional[tuple], share: float = None) -> str:
+    "Why a level claim at n× is read on growth ('' when it is not): the paper's effect is growth, or the book's gap at L runs the other way."
+    share = AT_L_SHARE if share is None else share
+    if c.quantity != "level" or c.factor <= 1 or c.effect() is None: return ""
+    if c.paper_at_L is not None:
+        if c.share_at_L() >= share: return ""
+        (aL, bL), e = c.paper_at_L, math.log(c.paper_a / c.paper_b)
+        return (f"read on growth: the paper's gap at L (ln {aL:.2f}/{bL:.2f} = {math.log(aL / bL):+.3f}) is {c.share_at_L():.2g} of its "
+                f"gap at {c.factor}× ({e:+.3f}), under {Fraction(share).limit_denominator(12)}, so the paper's effect is growth")
+    if iv1 is None or side(iv1) in ("≈", c.expect): return ""
+    return (f"read on growth: the paper gives no numbers at L and the book's gap at L lies wholly on the other side, so the "
+            f"level at {c.factor}× understates the growth; judged against the level effect, assuming the paper's gap at L is about 0")
+
+
 def _yardstick_reading(c: Claim, L: int, recs, preset: str, gpu: bool) -> tuple[Optional[str], str]:
     "For a growth-below-1 claim: the windowed model to read it against (its own, else any committed at L) and a line."
     own = yardstick(c.a, recs, preset, gpu)[0]
@@ -557,7 +598,14 @@ def _lm_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
     if c.quantity == "level" and c.factor > 1:
         text, iv1, ivg = _fit_reading(c, bspec, L, recs, preset, gpu)
         book += text
-        won = c.expect if verdict in ("reproduced", "direction only") else side(iv) if verdict == "opposite" else None
+        reason = growth_reason(c, iv1)
+        if reason:                                          # the interval shown is then the one that decides: growth
+            book = book.replace("; P(L)", f" (ln ratio {_iv(iv)}); P(L)", 1) + _growth_text(c, bspec, L, recs, preset, gpu)
+            iv = ivg
+            verdict, why = judge(ivg, c.expect, c.growth_effect() or c.effect(), "the growth has no interval")
+            at_L = "has no interval" if iv1 is None else f"is ln ratio {_iv(iv1)} " + ("(not told from 0)" if side(iv1) == "≈" else "(fit, not growth)")
+            why = f"{reason}; the book's gap at L {at_L}; the interval is of ln(g_a/g_b): {why}"
+        won = None if reason else c.expect if verdict in ("reproduced", "direction only") else side(iv) if verdict == "opposite" else None
         if won is not None and iv1 is not None and side(iv1) == won and (ivg is None or side(ivg) != won):   # both sides alike
             verdict = "reproduced in fit only" if won == c.expect else "opposite in fit only"
             why = (f"the gap is already there at L (ln ratio [{iv1[0]:+.3f}, {iv1[1]:+.3f}]) and does not grow (growth ln ratio "
@@ -675,15 +723,31 @@ def seed_list(seeds: Sequence[int]) -> str:
     return "seeds " + ", ".join(map(str, s))
 
 
+def superscript(n: int) -> str:
+    "A footnote mark: n in superscript digits (¹, ², … ¹⁰)."
+    return str(n).translate(str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹"))
+
+
+def setting_notes(rows: Sequence[LedgerRow]) -> dict[str, int]:
+    "The distinct setting notes of the rows, numbered in the order they first appear (rows that share a note share its number)."
+    notes: dict[str, int] = {}
+    for r in rows:
+        if r.setting: notes.setdefault(r.setting, len(notes) + 1)
+    return notes
+
+
 def ledger_table(rows: Sequence[LedgerRow]) -> str:
-    "The ledger as a five-column markdown table (claim, paper, book, interval, verdict), so it reads at a page's width."
+    "The ledger as a five-column markdown table (claim, paper, book, interval, verdict), the setting notes as footnotes under it, so it reads at a page's width."
+    notes = setting_notes(rows)
     out = ["| claim (source; measure) | paper | book | 95% interval of ln(a/b) | verdict, and why |", "|---" * 5 + "|"]
     for r in rows:
         src = r.where if r.paper.lower() in r.where.lower() else f"{r.paper}, {r.where}"
         gpu = "" if r.gpu == "—" else f"; GPU: {r.gpu}"
+        mark = superscript(notes[r.setting]) if r.setting else ""
         out.append(f"| **{r.claim}** — {src}; {r.metric.split(';')[0]} | {r.paper_numbers} | {r.book} | "
-                   f"{_iv(r.interval)} ({seed_list(r.seeds)}) | **{r.verdict}**{f' ({r.setting})' if r.setting else ''}: {r.why}{gpu} |")
-    return "\n".join(out)
+                   f"{_iv(r.interval)} ({seed_list(r.seeds)}) | **{r.verdict}**{mark}: {r.why}{gpu} |")
+    foot = [f"{superscript(n)} {note}" for note, n in notes.items()]
+    return "\n".join(out) + ("\n\n" + "\n\n".join(foot) if foot else "")
 
 # %% ../nbs/57_evidence.ipynb #0a6ffbbc
 SCHEDULE_UNITS = ("schedule",)   # the longer-schedule runs: their own setup, never mixed with the main one

@@ -241,7 +241,8 @@ def test_units_keep_the_longer_schedule_apart_and_schedule_table_pairs_the_same_
 
 
 def test_fit_only_runs_the_same_way_for_the_other_side():
-    claim = E.Claim("P", "T", "a below b", "a", "b", "level", 16, "<", 0.9, 1.0, "")
+    # the paper's own gap is there at L too: a level claim (with no numbers at L, a gap on the other side is read on growth)
+    claim = E.Claim("P", "T", "a below b", "a", "b", "level", 16, "<", 0.9, 1.0, "", paper_at_L=(0.9, 1.0))
     row = E.ledger(scaled(1.1, 1.1), [claim])[0]                      # a above b already at L, by the same factor at 16x
     assert row.verdict == "opposite in fit only" and "already there at L" in row.why
     grows = E.ledger(scaled(1.0, 1.3), [claim])[0]                    # a above b only at 16x: it grew there

@@ -21,7 +21,7 @@ def test_the_t5_row_carries_the_setting_note_beside_its_verdict_and_the_note_cha
     t5 = claim("T5 flat")
     row, bare = E.ledger(RECS, [t5])[0], E.ledger(RECS, [dataclasses.replace(t5, setting_note=None)])[0]
     assert "never got a gradient" in row.setting and "not T5's claim" in row.setting and bare.setting == ""
-    assert f"**{row.verdict}** ({row.setting})" in E.ledger_table([row])
+    assert f"**{row.verdict}**¹:" in E.ledger_table([row]) and f"\n¹ {row.setting}" in E.ledger_table([row])   # a footnote
     assert (row.verdict, row.interval, row.seeds) == (bare.verdict, bare.interval, bare.seeds)
 
 
@@ -51,7 +51,8 @@ def test_remedy_rows_carry_the_measured_flat_bias_note_and_keep_their_verdicts()
         g = E.growth(E.gather("kerple_log", RECS), c.factor * 64)
         assert "bare bias does not degrade here" in row.setting and "window:w=64:kerple_log" in row.setting
         assert f"×{min(g.values()):.3f}–×{max(g.values()):.3f} over seeds 0–4" in row.setting
-        assert f"**{row.verdict}** ({row.setting})" in E.ledger_table([row]) and bare.setting == ""
+        assert f"**{row.verdict}**¹:" in E.ledger_table([row]) and f"\n¹ {row.setting}" in E.ledger_table([row])
+        assert bare.setting == ""
         assert (row.verdict, row.interval, row.seeds) == (bare.verdict, bare.interval, bare.seeds)
     assert E.ledger(RECS, [claim("DAPE-Kerple grows less")])[0].verdict == "not reproduced"
 

@@ -1,0 +1,30 @@
+"""lengthx.evidence.ledger_table: the book's-setting notes as numbered footnotes under the table, not inside the verdict cell."""
+import dataclasses
+
+from lengthx import evidence as E
+
+ROW = E.LedgerRow("P", "P Table 1", "a below b", "level; interval", "1 vs 2", "1.0 vs 2.0", [0, 1, 2], (-0.2, -0.1),
+                  "reproduced", "on the paper's side")
+NOTE_A = "book's setting: a long note about segments, " + "words " * 30
+NOTE_B = "book's setting: another note"
+
+
+def table(*settings: str) -> str:
+    return E.ledger_table([dataclasses.replace(ROW, claim=f"claim {i}", setting=s) for i, s in enumerate(settings)])
+
+
+def test_setting_notes_become_numbered_marks_with_the_notes_under_the_table():
+    t = table(NOTE_A, "", NOTE_B, NOTE_A)
+    rows, foot = t.split("\n\n", 1)
+    lines = rows.splitlines()
+    assert all(line.count("|") == 6 for line in lines)                   # still five columns
+    assert "**reproduced**¹:" in lines[2] and "**reproduced**:" in lines[3] and "**reproduced**²:" in lines[4]
+    assert "**reproduced**¹:" in lines[5]                                # a shared note keeps its number
+    assert "book's setting" not in rows                                  # the note text is no longer in the cell
+    assert foot.split("\n\n") == [f"¹ {NOTE_A}", f"² {NOTE_B}"]   # each note once, same text
+
+
+def test_no_notes_no_footnotes_and_marks_past_nine():
+    assert "\n\n" not in table("", "") and table("", "").count("\n") == 3
+    assert E.superscript(1) == "¹" and E.superscript(10) == "¹⁰" and E.superscript(23) == "²³"
+    assert E.setting_notes([dataclasses.replace(ROW, setting=s) for s in ("x", "", "y", "x")]) == {"x": 1, "y": 2}
