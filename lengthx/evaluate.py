@@ -26,14 +26,14 @@ from .model import flops_per_token
 
 # %% auto #0
 __all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'THROUGHPUT', 'MAX_EVAL_SECONDS', 'PE_COLOURS', 'PE_STYLE',
-           'PE_OPTION_STYLE', 'LINE_STYLES', 'MARKERS', 'LOG_MANTISSAS', 'PROTOCOL', 'check_protocol_args',
-           'last_k_windows', 'nonoverlap_windows', 'sliding_windows', 'protocol_windows', 'window_losses',
-           'parse_bytes', 'format_bytes', 'available_memory', 'memory_budget', 'fused_refine_runs', 'fused_weights_run',
-           'estimate_eval_memory', 'estimate_train_memory', 'EvalPlan', 'plan_eval', 'flops_per_second',
-           'count_windows', 'estimate_eval_seconds', 'check_eval_time', 'check_tokens', 'perplexity', 'ratio_bootstrap',
-           'window_ppl_interval', 'position_losses', 'ppl_curve', 'eval_lengths', 'pe_family', 'pe_style', 'pe_styles',
-           'linear_ticks', 'log_ticks', 'label_log_axis', 'label_length_axis', 'plot_ppl', 'Protocol', 'check_protocol',
-           'check_lengths']
+           'PE_OPTION_STYLE', 'LINE_STYLES', 'MARKERS', 'DICHROMACY', 'LOG_MANTISSAS', 'PROTOCOL',
+           'check_protocol_args', 'last_k_windows', 'nonoverlap_windows', 'sliding_windows', 'protocol_windows',
+           'window_losses', 'parse_bytes', 'format_bytes', 'available_memory', 'memory_budget', 'fused_refine_runs',
+           'fused_weights_run', 'estimate_eval_memory', 'estimate_train_memory', 'EvalPlan', 'plan_eval',
+           'flops_per_second', 'count_windows', 'estimate_eval_seconds', 'check_eval_time', 'check_tokens',
+           'perplexity', 'ratio_bootstrap', 'window_ppl_interval', 'position_losses', 'ppl_curve', 'eval_lengths',
+           'pe_family', 'pe_style', 'pe_styles', 'colour_lab', 'colour_distance', 'linear_ticks', 'log_ticks',
+           'label_log_axis', 'label_length_axis', 'plot_ppl', 'Protocol', 'check_protocol', 'check_lengths']
 
 # %% ../nbs/53_evaluate.ipynb #12c3b9d5
 PROTOCOLS = ("last_k", "nonoverlap", "sliding")
@@ -540,7 +540,8 @@ def eval_lengths(train_len: int, max_factor: int = 16) -> list[int]:
 PE_COLOURS = {"black": "#000000", "blue": "#0072B2", "vermillion": "#D55E00", "green": "#009E73",
               "orange": "#E69F00", "pink": "#CC79A7", "sky": "#56B4E9", "indigo": "#332288", "wine": "#882255",
               "olive": "#999933", "teal": "#44AA99", "purple": "#AA4499", "grey": "#777777",
-              "brown": "#8C510A", "gold": "#C9A227", "magenta": "#EE3377"}
+              "brown": "#8C510A", "gold": "#C9A227", "magenta": "#EE3377", "crimson": "#CC0033", "violet": "#9900FF",
+              "pear": "#BBCC33"}
 PE_STYLE = {   # family -> (colour, marker): a colour per group of related methods, a marker per member
     "nope": ("black", "o"), "sinusoidal": ("black", "s"), "learned": ("black", "^"),
     "rope": ("blue", "o"), "xpos": ("blue", "s"), "prope": ("blue", "^"), "temp": ("blue", "D"),
@@ -551,9 +552,9 @@ PE_STYLE = {   # family -> (colour, marker): a colour per group of related metho
     "dca": ("teal", "D"), "string": ("teal", "v"), "sinks": ("teal", "P"), "sink": ("teal", "X"),
     "pose": ("olive", "o"), "randomized": ("olive", "s"),
     "alibi": ("vermillion", "o"), "sandwich": ("vermillion", "s"), "fox": ("vermillion", "^"),
-    "kerple_log": ("green", "o"), "kerple_power": ("green", "s"), "kerple_gauss": ("green", "^"),
+    "kerple_log": ("green", "o"), "kerple_power": ("green", "s"), "kerple_gauss": ("pear", "^"),
     "kerple_3log": ("green", "D"), "kerple_biaswt": ("green", "v"),
-    "fire": ("orange", "o"), "t5": ("wine", "o"), "shaw": ("wine", "s"), "transformer_xl": ("wine", "^"),
+    "fire": ("orange", "o"), "t5": ("wine", "o"), "shaw": ("crimson", "s"), "transformer_xl": ("violet", "^"),
     "dape": ("pink", "o"), "dape_fb": ("pink", "s"), "cdape": ("purple", "o"),
     "cope": ("indigo", "o"), "bipe": ("indigo", "s"), "stickbreak": ("indigo", "^"),
 }
@@ -591,6 +592,32 @@ def pe_styles(labels: Iterable[str]) -> dict[str, dict]:
         seen.add((st["color"], ls, marker))
         out[lab] = dict(color=st["color"], marker=marker, ls=ls)
     return out
+
+# %% ../nbs/53_evaluate.ipynb #c3258189
+DICHROMACY = {   # Machado, Oliveira & Fernandes (2009), severity 1: linear sRGB -> what the dichromat sees, in linear sRGB
+    "protanopia": ((0.152286, 1.052583, -0.204868), (0.114503, 0.786281, 0.099216), (-0.003882, -0.048116, 1.051998)),
+    "deuteranopia": ((0.367322, 0.860646, -0.227968), (0.280085, 0.672501, 0.047413), (-0.011820, 0.042940, 0.968881)),
+    "tritanopia": ((1.255528, -0.076749, -0.178779), (-0.078411, 0.930809, 0.147602), (0.004733, 0.691367, 0.303900)),
+}
+_SRGB_TO_XYZ = ((0.4124, 0.3576, 0.1805), (0.2126, 0.7152, 0.0722), (0.0193, 0.1192, 0.9505))   # D65
+
+
+def colour_lab(colour: str, vision: str = "normal") -> Tensor:
+    "CIELAB (D65) of a `#RRGGBB` colour as seen with `vision` (`normal` or a key of `DICHROMACY`)."
+    if not re.fullmatch(r"#[0-9a-fA-F]{6}", colour): raise ValueError(f"colour must be '#RRGGBB', got {colour!r}")
+    if vision != "normal" and vision not in DICHROMACY: raise ValueError(f"vision must be 'normal' or one of {list(DICHROMACY)}, got {vision!r}")
+    c = torch.tensor([int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)], dtype=torch.float64)
+    rgb = torch.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)          # sRGB -> linear
+    if vision != "normal": rgb = (torch.tensor(DICHROMACY[vision], dtype=torch.float64) @ rgb).clamp(0, 1)
+    M = torch.tensor(_SRGB_TO_XYZ, dtype=torch.float64)
+    xyz = (M @ rgb) / M.sum(1)                                                        # relative to the white point
+    f = torch.where(xyz > (6 / 29) ** 3, xyz ** (1 / 3), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return torch.stack([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def colour_distance(a: str, b: str) -> float:
+    "ΔE (CIE76) between two `#RRGGBB` colours, the smallest over normal vision and the three dichromacies: the difference every reader still sees."
+    return min(float((colour_lab(a, v) - colour_lab(b, v)).norm()) for v in ("normal", *DICHROMACY))
 
 # %% ../nbs/53_evaluate.ipynb #4aa62047
 LOG_MANTISSAS = ((1,), (1, 2, 5), (1, 1.5, 2, 3, 5, 7), (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8))

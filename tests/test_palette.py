@@ -38,3 +38,70 @@ def test_pe_styles_gives_no_two_labels_the_same_look():
     assert len({tuple(sorted(v.items())) for v in looks.values()}) == len(labels)
     assert looks["rope:ntk=4"]["color"] == looks["rope:ntk=8"]["color"]   # one method, one colour
     assert looks["rope:ntk=4"]["ls"] != looks["rope:ntk=8"]["ls"]         # its second curve told apart by line style
+
+
+# The learned relative encodings (T5, Shaw, Transformer-XL) once shared one wine colour, and KERPLE's Gaussian kernel
+# shared the log kernel's green (chapter 21 recoloured it by hand in one panel). Each now has its own colour, and the
+# colours must stay apart for colour-blind readers too: `colour_distance` is the smallest CIELAB distance over normal
+# vision and the three simulated dichromacies.
+from lengthx.evaluate import DICHROMACY, colour_distance, colour_lab
+
+MIN_APART = 20   # ΔE: the smallest gap the book accepts between two methods one figure draws side by side
+
+# The specs each re-coloured method is drawn beside, figure by figure (the rows the figures plot).
+DRAWN_TOGETHER = {
+    "ch21 Gaussian vs log kernels": ["kerple_gauss", "kerple_log"],
+    "ch24 trained growth": ["transformer_xl", "shaw", "shaw:value=false", "kerple_log"],
+    "ch60 CHE grid": ["nope", "learned", "sinusoidal", "rope", "transformer_xl", "alibi", "kerple_log", "fire",
+                      "dape:alibi", "dape:kerple_log", "dape:fire"],
+    "ch70 baselines": ["transformer_xl", "shaw", "shaw:value=false", "cope", "dape_fb:kerple_log", "kerple_gauss",
+                       "kerple_log", "dape:kerple_log", "rope", "alibi", "nope"],
+    "ch70 additive biases": ["t5", "alibi", "randomized:alibi", "kerple_log", "kerple_power", "kerple_3log",
+                             "kerple_biaswt", "sandwich", "fire", "bipe:alibi", "bipe:rope", "window:w=64:kerple_log"],
+}
+RECOLOURED = ("shaw", "transformer_xl", "kerple_gauss")
+
+
+def _gap(a: str, b: str) -> float:
+    return colour_distance(pe_style(a)["color"], pe_style(b)["color"])
+
+
+def test_learned_relative_encodings_have_a_colour_each():
+    trio = ("t5", "shaw", "transformer_xl")
+    assert len({pe_style(s)["color"] for s in trio}) == 3
+    gaps = {(a, b): _gap(a, b) for i, a in enumerate(trio) for b in trio[i + 1:]}
+    assert min(gaps.values()) >= MIN_APART, gaps
+    assert len({pe_style(s)["marker"] for s in trio}) == 3          # the marker stays a second cue
+
+
+def test_kerple_gauss_is_not_kerple_log():
+    assert pe_style("kerple_gauss")["color"] != pe_style("kerple_log")["color"]
+    assert _gap("kerple_gauss", "kerple_log") >= MIN_APART
+    assert pe_style("kerple_gauss")["marker"] != pe_style("kerple_log")["marker"]
+
+
+def test_recoloured_methods_stand_apart_from_every_neighbour_in_their_figures():
+    for fig, specs in DRAWN_TOGETHER.items():
+        for s in specs:
+            if pe_family(s) not in RECOLOURED: continue
+            for o in specs:
+                if pe_family(o) == pe_family(s): continue            # the same method's second curve: told apart by line style
+                assert _gap(s, o) >= MIN_APART, (fig, s, o, _gap(s, o))
+
+
+def test_colour_distance_sees_what_a_dichromat_sees():
+    red, green = "#FF0000", "#00FF00"
+    normal = float((colour_lab(red) - colour_lab(green)).norm())
+    deutan = float((colour_lab(red, "deuteranopia") - colour_lab(green, "deuteranopia")).norm())
+    assert deutan < normal / 2                                       # red and green merge for a deuteranope
+    assert colour_distance(red, green) <= deutan < normal            # the measure takes the worst vision
+    assert colour_distance("#0072B2", "#0072B2") == 0
+    assert abs(float(colour_lab("#FFFFFF")[0]) - 100) < 0.01 and abs(float(colour_lab("#000000")[0])) < 1e-9
+    for v, m in DICHROMACY.items():                                  # each simulation keeps white white (rows sum to 1)
+        assert all(abs(sum(row) - 1) < 1e-3 for row in m), v
+
+
+def test_colour_arguments_are_checked():
+    import pytest
+    with pytest.raises(ValueError, match="RRGGBB"): colour_lab("red")
+    with pytest.raises(ValueError, match="vision"): colour_lab("#FF0000", "monochromacy")
