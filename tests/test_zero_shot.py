@@ -12,6 +12,7 @@ from lengthx.results import load_results
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "nbs" / "results" / "zero_shot_cpu.json"
+REL_TOL = 1e-4   # relative tolerance of a retrained committed model's perplexity (chapter 12 states the same)
 
 
 def test_rule_specs_scale_with_the_factor():
@@ -89,15 +90,16 @@ def test_plain_row_is_the_main_units_model(smoke):
     assert "committed" not in rec["result"]["rows"][f"{X.ZERO_SHOT_PREFIX}rope|seed=1"]   # main holds seed 0 only
 
 
-@pytest.mark.skipif(not COMMITTED.exists(), reason="the cpu zero_shot result is not committed yet")
 def test_committed_plain_rows_equal_the_committed_rope_rows():
-    "Each committed seed's plain row equals the committed `rope` row of that seed (main or seeds unit) at every length."
+    "Each committed seed's plain row is the committed `rope` row of that seed (main or seeds unit) within REL_TOL at every length (trained again by later code: not bit for bit)."
     rec = json.loads(COMMITTED.read_text())
     recs = load_results([COMMITTED.parent])
     rope = gather("rope", recs)
     for seed in rec["settings"]["seeds"]:
         row = rec["result"]["rows"][f"{X.ZERO_SHOT_PREFIX}rope|seed={seed}"]
-        assert row["committed"]["identical"], (seed, row["committed"])
         mine = {int(L): v for L, v in row["ppl"]["last_k_common"].items()}
-        assert mine == {L: v for L, v in rope.rows[seed]["ppl"]["last_k_common"].items() if L in mine}
-    assert growth(gather(X.ZERO_SHOT_PREFIX + "rope", recs, units=("zero_shot",)), 16 * 64) == growth(rope, 16 * 64)
+        theirs = rope.rows[seed]["ppl"]["last_k_common"]
+        rel = max(abs(v / theirs[L] - 1) for L, v in mine.items())
+        assert rel < REL_TOL and rel == pytest.approx(row["committed"]["max_rel_diff"]), (seed, row["committed"])
+    zs = growth(gather(X.ZERO_SHOT_PREFIX + "rope", recs, units=("zero_shot",)), 16 * 64)
+    assert zs.keys() == set(rec["settings"]["seeds"]) and all(abs(v / growth(rope, 16 * 64)[n] - 1) < 2 * REL_TOL for n, v in zs.items())
