@@ -4,12 +4,13 @@
 
 # %% auto #0
 __all__ = ['EXTRA', 'CORE', 'LEDGER', 'SCHEDULE', 'BASELINES', 'SUCCESSORS', 'KERPLE_PARAMS', 'LM', 'UNIT', 'SEPARATE_RUNS',
-           'RUNNERS', 'ASSUMED_TFLOPS', 'unit_settings', 'default_out', 'Context', 'Partial', 'windowed', 'lm_run_dir',
-           'train_lm', 'ppl_table', 'delta_ps', 'lm_row', 'kernel_distances', 'kernel_state', 'kerple_param_row',
-           'unit_kerple_params', 'lm_rows', 'unit_protocols', 'unit_position', 'unit_che', 'unit_che_budget',
-           'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'unit_peers', 'unit_pretrained', 'unit_parts',
-           'unit_dape_fast', 'run_tag', 'result_path', 'is_result', 'check_lm_specs', 'reproduce', 'lm_train_flops',
-           'flop_text', 'duration_text', 'estimate_table', 'experiments_view', 'cost_view']
+           'ZERO_SHOT_RULES', 'ZERO_SHOT_PREFIX', 'RUNNERS', 'ASSUMED_TFLOPS', 'unit_settings', 'default_out',
+           'Context', 'Partial', 'windowed', 'lm_run_dir', 'train_lm', 'ppl_table', 'delta_ps', 'lm_row',
+           'kernel_distances', 'kernel_state', 'kerple_param_row', 'unit_kerple_params', 'lm_rows', 'unit_protocols',
+           'unit_position', 'unit_che', 'unit_che_budget', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep',
+           'unit_peers', 'unit_pretrained', 'unit_parts', 'unit_dape_fast', 'zero_shot_spec', 'committed_rope',
+           'zero_shot_rows', 'unit_zero_shot', 'run_tag', 'result_path', 'is_result', 'check_lm_specs', 'reproduce',
+           'lm_train_flops', 'flop_text', 'duration_text', 'estimate_table', 'experiments_view', 'cost_view']
 
 # %% ../nbs/72_reproduce.ipynb #b431fc37
 import json
@@ -29,12 +30,12 @@ from .attention import pe_examples
 from .bench import bench_attention, bench_model, bench_peers, dape_fast_measure, growth_exponent, long_eval_rows, matmul_peak_gflops
 from .data import CORPORA, check_corpus, corpus_info, corpus_split, exclusive_lock
 from .evaluate import PROTOCOL, perplexity, position_losses
-from .model import GPT, GPTConfig, check_model_spec, flops_per_token, map_pes
+from .model import GPT, GPTConfig, build_model_pe, check_model_spec, flops_per_token, map_pes
 from .pe.cdape import delta_p
 from .pe.window import with_window
 from .pretrained import PARTS_SETTINGS, PRETRAINED_SETTINGS, parts_grid, pretrained_grid
 from .recall import cot_experiment, recall_experiment
-from .results import (BUDGET_NAMES, SCHEMA, UNITS, check_clean, committed_results, device_of, is_result,
+from .results import (BUDGET_NAMES, SCHEMA, UNITS, check_clean, committed_results, device_of, is_result, load_results,
                              final_record, lengthx_checkout, load_results, pick, provenance_line, read_results, result_dirs,
                              result_provenance, results_overview, write_results)
 from .sweep import Budget, run_sweep
@@ -172,6 +173,8 @@ def unit_settings(unit: str, budget: str, *, seed: int = 0, corpus: str = "stdli
     if unit == "cdape":
         return {**lm, "specs": [f"cdape:k={k}:kerple_log" for k in (_SMALL["cdape_k"] if small else [1, 3, 5, 7])],
                 "seeds": [seed]}
+    if unit == "zero_shot":   # the main unit's RoPE model, seed by seed, read with every zero-shot rule
+        return {**lm, "specs": ["rope"], "seeds": [seed + s for s in range(2 if small else 5)], "rules": list(ZERO_SHOT_RULES)}
     u = dict(UNIT[budget][unit])
     if unit == "cot": u["seeds"] = [seed + s for s in u["seeds"]]
     elif unit in ("che", "recall", "che_budget"): u["seed"] = seed
@@ -473,10 +476,76 @@ def unit_dape_fast(ctx: Context, S: dict, part: Partial) -> dict:
     return dape_fast_measure(**S, step=part.get)
 
 
+ZERO_SHOT_RULES = ("pi", "ntk", "ntk_2x", "dynamic_ntk", "yarn", "llama3", "rerope", "rerope_logn", "self_extend")
+ZERO_SHOT_PREFIX = "zero_shot/"   # a rule row's spec: '/' is no spec's character, so it never collides with a trained spec
+
+
+def zero_shot_spec(rule: str, length: int, train_len: int) -> str:
+    "The PE spec rule `rule` swaps into a RoPE model trained at `train_len` to read `length` tokens (scale s = length/train_len, window w = train_len/2, as chapter 12)."
+    if length % train_len: raise ValueError(f"length {length} is not a multiple of the training length {train_len}")
+    s, w = length // train_len, train_len // 2
+    specs = {"rope": "rope", "pi": f"rope:pi={s}", "ntk": f"rope:ntk={s}", "ntk_2x": f"rope:ntk={2 * s}",
+             "dynamic_ntk": "rope:dynamic=2", "yarn": f"yarn:s={s}", "llama3": f"llama3:s={s}", "rerope": f"rerope:w={w}",
+             "rerope_logn": f"rerope:w={w}:logn=true:original_max_len={train_len}",
+             "self_extend": f"self_extend:w={w}:g={max(1, math.ceil((length - w) / (train_len - w)))}"}
+    if rule not in specs: raise ValueError(f"unknown zero-shot rule {rule!r}; choose from {', '.join(specs)}")
+    return specs[rule]
+
+
+def _lm_setup(S: dict) -> dict:
+    "The settings two language-model units must share for the same seed to train the same model."
+    return {k: v for k, v in S.items() if k not in ("seed", "seeds", "specs", "windowed", "rules")}
+
+
+def committed_rope(out: Path, S: dict, seed: int, budget: str) -> Optional[tuple[str, dict]]:
+    "The committed `rope` row of `seed` trained with `S`'s language-model settings (main or seeds unit in `out`), with its file name; None if none."
+    if not Path(out).is_dir(): return None
+    for rec in load_results([out]):
+        if rec["unit"] in ("main", "seeds") and rec["preset"] == budget and _lm_setup(rec["settings"]) == _lm_setup(S):
+            row = rec["result"]["rows"].get(f"rope|seed={seed}")
+            if row is not None: return Path(rec["file"]).name, row
+    return None
+
+
+def zero_shot_rows(ctx: Context, S: dict, seed: int) -> dict:
+    "RoPE trained as the main unit trains it at `seed`, then every rule at every factor on the same targets: one row per rule."
+    model, _ = train_lm(ctx, S, "rope", seed)
+    test, T = ctx.tokens(S["corpus"], S["split"]), S["train_len"]
+    kw = {**S["last_k"], "anchor": S["anchor"]}                  # main's last_k_common: the same targets at every length
+    trained, rows = model.pe, {}
+    for rule in ("rope", *S["rules"]):
+        specs = {str(T * f): zero_shot_spec(rule, T * f, T) for f in S["factors"]}
+        ppl = {}
+        for L, spec in specs.items():
+            model.pe = build_model_pe(replace(model.cfg, pe=spec))
+            ppl[L] = perplexity(model, test, int(L), protocol="last_k", **kw)
+        rows[f"{ZERO_SHOT_PREFIX}{rule}|seed={seed}"] = {"spec": ZERO_SHOT_PREFIX + rule, "seed": seed, "rule": rule,
+                                                         "rule_specs": specs, "ppl": {"last_k_common": ppl}}
+    model.pe = trained
+    got = committed_rope(ctx.out, S, seed, ctx.budget.split("_")[0])
+    if got is not None:   # the plain row must be the committed model's: the same weights, read on the same targets
+        name, row = got
+        mine = rows[f"{ZERO_SHOT_PREFIX}rope|seed={seed}"]["ppl"]["last_k_common"]
+        theirs = {str(L): v for L, v in row["ppl"]["last_k_common"].items()}   # the reader hands lengths over as ints
+        common = [L for L in mine if isinstance(theirs.get(L), (int, float))]
+        rows[f"{ZERO_SHOT_PREFIX}rope|seed={seed}"]["committed"] = {
+            "file": name, "lengths": common, "identical": bool(common) and all(mine[L] == theirs[L] for L in common),
+            "max_rel_diff": max(abs(mine[L] / theirs[L] - 1) for L in common) if common else None}
+    return rows
+
+
+def unit_zero_shot(ctx: Context, S: dict, part: Partial) -> dict:
+    "Chapter 12's zero-shot rules over seeds: RoPE trained with the main unit's settings per seed, each rule scored like main's same-targets rows."
+    rows = {}
+    for seed in tqdm(S["seeds"], desc="zero_shot", unit="seed", disable=not ctx.progress, file=sys.stderr, leave=False):
+        rows.update(part.get(f"seed={seed}", lambda: zero_shot_rows(ctx, S, seed)))
+    return {"rows": rows}
+
+
 RUNNERS = {"main": lm_rows, "seeds": lm_rows, "more_seeds": lm_rows, "schedule": lm_rows, "cdape": lm_rows, "baselines": lm_rows, "successors": lm_rows, "kerple_params": unit_kerple_params, "protocols": unit_protocols, "position": unit_position,
            "che": unit_che, "recall": unit_recall, "cot": unit_cot, "cost": unit_cost, "sweep": unit_sweep,
            "peers": unit_peers, "dape_fast": unit_dape_fast, "pretrained": unit_pretrained, "parts": unit_parts,
-           "che_budget": unit_che_budget}
+           "che_budget": unit_che_budget, "zero_shot": unit_zero_shot}
 
 # %% ../nbs/72_reproduce.ipynb #d1143e03
 def run_tag(budget: str, seed: int = 0, corpus: str = "stdlib") -> str:
