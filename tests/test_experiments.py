@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 import torch
 
 from lengthx import cli, results
@@ -28,10 +29,15 @@ def reproduce(out, *args):
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    "The whole smoke budget, once, in-process (about 20 s on one core)."
-    out = tmp_path_factory.mktemp("smoke")
-    assert reproduce(out, "--allow-dirty") == 0
+def smoke(tmp_path_factory, worker_id):
+    "The whole smoke budget, once per session even under pytest-xdist: the first worker runs it, the others wait and read it."
+    root = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    out = root / "smoke-shared"
+    with FileLock(str(root / "smoke-shared.lock")):
+        if not (out / ".complete").exists():
+            out.mkdir(exist_ok=True)
+            assert reproduce(out, "--allow-dirty") == 0
+            (out / ".complete").touch()
     return out
 
 
