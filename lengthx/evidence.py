@@ -648,47 +648,68 @@ def _yardstick_reading(c: Claim, L: int, recs, preset: str, gpu: bool) -> tuple[
                                                   "a windowed model of another encoding (none of this one is committed)")
 
 # %% ../nbs/57_evidence.ipynb #6c4a6bcf
+def _on_growth(c: Claim, bspec, L: int, book: str, iv, iv1, ivg, reason: str, recs, preset: str, gpu: bool) -> tuple:
+    "Read on growth: judge the growth interval against the paper's growth effect; the book column adds the level interval and both growths."
+    book = book.replace("; P(L)", f" (ln ratio {_iv(iv)}); P(L)", 1) + _growth_text(c, bspec, L, recs, preset, gpu)
+    verdict, why = judge(ivg, c.expect, c.growth_effect() or c.effect(), "the growth has no interval")
+    at_L = "has no interval" if iv1 is None else f"is ln ratio {_iv(iv1)} " + ("(not told from 0)" if side(iv1) == "≈" else "(fit, not growth)")
+    return book, ivg, verdict, f"{reason}; the book's gap at L {at_L}; the interval is of ln(g_a/g_b): {why}"
+
+
+def _fit_only(c: Claim, verdict: str, why: str, iv, iv1, ivg) -> tuple[str, str]:
+    "'in fit only' when the level verdict's side is already there at L and the growth does not share it; else the verdict unchanged."
+    won = c.expect if verdict in ("reproduced", "direction only") else side(iv) if verdict == "opposite" else None
+    if won is None or iv1 is None or side(iv1) != won or (ivg is not None and side(ivg) == won): return verdict, why
+    return (("reproduced in fit only" if won == c.expect else "opposite in fit only"),
+            f"the gap is already there at L (ln ratio [{iv1[0]:+.3f}, {iv1[1]:+.3f}]) and does not grow (growth ln ratio "
+            + (f"[{ivg[0]:+.3f}, {ivg[1]:+.3f}])" if ivg else "has no interval)"))
+
+
+def _level_past_L(c: Claim, bspec, L: int, book: str, iv, verdict: str, why: str, recs, preset: str, gpu: bool,
+                  share: Optional[float]) -> tuple:
+    "A level claim at n×: read on growth when `growth_reason` says so, else checked for a gap that is only fit."
+    text, iv1, ivg = _fit_reading(c, bspec, L, recs, preset, gpu)
+    reason = growth_reason(c, iv1, share)
+    if reason: return _on_growth(c, bspec, L, book + text, iv, iv1, ivg, reason, recs, preset, gpu)
+    return (book + text, iv) + _fit_only(c, verdict, why, iv, iv1, ivg)
+
+
+def _against_window(c: Claim, L: int, book: str, iv, recs, preset: str, gpu: bool) -> tuple:
+    "A growth-below-1 claim: judged against a windowed model (its own, else another's); unresolved with under two of its seeds."
+    win, whose = _yardstick_reading(c, L, recs, preset, gpu)
+    w = gather(win, recs, preset, gpu) if win else None
+    wg = growth(w, c.factor * L) if w else {}
+    if len(wg) >= 2:                                    # the interval shown is then the one that decides: against the yardstick
+        iv = log_interval(compare(c.a, win, "growth", c.factor * L, recs=recs, preset=preset, gpu=gpu))
+        verdict, why = judge(iv, "<", None, "")
+        return book + f"; yardstick ×{_mean(wg):.3f}", iv, verdict, f"read against `{win}`, {whose}; the interval is of ln(g/g_window): {why}"
+    why = ("yardstick has one seed: " + ", ".join(f"`{win}`, {whose}, grows ×{v:.3f} (seed {n}, shown, not ranked)"
+                                                for n, v in wg.items()) if wg else "no windowed model is committed")
+    return book, iv, "unresolved", why + "; growth below 1 alone does not show extrapolation"
+
+
+def _train_len(c: Claim, recs, preset: str, gpu: bool) -> int:
+    "The training length the claim is read at: a's, else ALiBi's or RoPE's (0 when nothing is committed)."
+    a = gather(c.a, recs, preset, gpu)
+    return a.train_len or next((gather(s, recs, preset, gpu).train_len for s in ("alibi", "rope") if gather(s, recs, preset, gpu).rows), 0)
+
+
 def _lm_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool, share: Optional[float] = None) -> tuple:
-    "A language-model claim read from the results: (book numbers, seeds, interval of ln(a/b) per byte, verdict, why, files)."
-    a, b = gather(c.a, recs, preset, gpu), None
-    L = a.train_len or next((gather(s, recs, preset, gpu).train_len for s in ("alibi", "rope") if gather(s, recs, preset, gpu).rows), 0)
+    "A language-model claim in the rules table's steps: judge the level or growth, then a level claim past L, then a yardstick claim."
+    L = _train_len(c, recs, preset, gpu)
     if not L: return "not committed", [], None, "unresolved", "no language-model result of this budget is committed", []
     bspec = c.b.format(L=L) if isinstance(c.b, str) else c.b
     cmp = compare(c.a, bspec, c.quantity, c.factor * L, recs=recs, preset=preset, gpu=gpu)
-    files = sorted(set(a.files.values()) | (set(gather(bspec, recs, preset, gpu).files.values()) if isinstance(bspec, str) else set()))
+    files = sorted(set(gather(c.a, recs, preset, gpu).files.values())
+                   | (set(gather(bspec, recs, preset, gpu).files.values()) if isinstance(bspec, str) else set()))
     if cmp.n == 0: return "not committed", [], None, "unresolved", cmp.why, files
     iv = log_interval(cmp)
     book = f"{_fmt(c.quantity, _mean(cmp.a_values))} vs " + (cmp.b if _is_const(cmp.b) else _fmt(c.quantity, _mean(cmp.b_values)))
     verdict, why = judge(iv, c.expect, c.effect(), cmp.why)
     if c.quantity == "level" and c.factor > 1:
-        text, iv1, ivg = _fit_reading(c, bspec, L, recs, preset, gpu)
-        book += text
-        reason = growth_reason(c, iv1, share)
-        if reason:                                          # the interval shown is then the one that decides: growth
-            book = book.replace("; P(L)", f" (ln ratio {_iv(iv)}); P(L)", 1) + _growth_text(c, bspec, L, recs, preset, gpu)
-            iv = ivg
-            verdict, why = judge(ivg, c.expect, c.growth_effect() or c.effect(), "the growth has no interval")
-            at_L = "has no interval" if iv1 is None else f"is ln ratio {_iv(iv1)} " + ("(not told from 0)" if side(iv1) == "≈" else "(fit, not growth)")
-            why = f"{reason}; the book's gap at L {at_L}; the interval is of ln(g_a/g_b): {why}"
-        won = None if reason else c.expect if verdict in ("reproduced", "direction only") else side(iv) if verdict == "opposite" else None
-        if won is not None and iv1 is not None and side(iv1) == won and (ivg is None or side(ivg) != won):   # both sides alike
-            verdict = "reproduced in fit only" if won == c.expect else "opposite in fit only"
-            why = (f"the gap is already there at L (ln ratio [{iv1[0]:+.3f}, {iv1[1]:+.3f}]) and does not grow (growth ln ratio "
-                   + (f"[{ivg[0]:+.3f}, {ivg[1]:+.3f}])" if ivg else "has no interval)"))
+        book, iv, verdict, why = _level_past_L(c, bspec, L, book, iv, verdict, why, recs, preset, gpu, share)
     if c.yardstick and verdict == "reproduced":
-        win, whose = _yardstick_reading(c, L, recs, preset, gpu)
-        w = gather(win, recs, preset, gpu) if win else None
-        wg = growth(w, c.factor * L) if w else {}
-        if len(wg) >= 2:                                    # the interval shown is then the one that decides: against the yardstick
-            iv = log_interval(compare(c.a, win, "growth", c.factor * L, recs=recs, preset=preset, gpu=gpu))
-            verdict, why = judge(iv, "<", None, "")
-            book += f"; yardstick ×{_mean(wg):.3f}"
-            why = f"read against `{win}`, {whose}; the interval is of ln(g/g_window): {why}"
-        else:
-            verdict = "unresolved"
-            why = ("yardstick has one seed: " + ", ".join(f"`{win}`, {whose}, grows ×{v:.3f} (seed {n}, shown, not ranked)"
-                                                         for n, v in wg.items()) if wg else "no windowed model is committed") + \
-                  "; growth below 1 alone does not show extrapolation"
+        book, iv, verdict, why = _against_window(c, L, book, iv, recs, preset, gpu)
     return book, cmp.seeds, iv, verdict, why, files
 
 # %% ../nbs/57_evidence.ipynb #943a35d7

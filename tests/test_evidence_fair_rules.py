@@ -75,3 +75,12 @@ def test_one_verdict_legend_consistent_with_judge():
     assert set(E.VERDICT_MEANINGS) == set(E.VERDICTS)
     assert "exceeds" in E.VERDICT_MEANINGS["reproduced"] and "FLAT_TOL" in E.VERDICT_MEANINGS["reproduced"]
     assert "gives no number" in E.VERDICT_MEANINGS["unresolved"] and "too wide" in E.VERDICT_MEANINGS["unresolved"]
+
+
+def test_fit_only_step_decides_only_a_gap_that_is_there_at_L_and_does_not_grow():
+    c = claim("KERPLE-log below KERPLE-power")                               # expect '<'
+    at_L, flat, grows = (-0.2, -0.1), (-0.01, 0.02), (-0.05, -0.02)
+    assert E._fit_only(c, "reproduced", "w", (-0.3, -0.1), at_L, flat)[0] == "reproduced in fit only"
+    assert E._fit_only(c, "reproduced", "w", (-0.3, -0.1), at_L, grows) == ("reproduced", "w")      # it grew: a real gap
+    assert E._fit_only(c, "opposite", "w", (0.1, 0.3), (0.1, 0.2), flat)[0] == "opposite in fit only"
+    assert E._fit_only(c, "not reproduced", "w", (-0.1, 0.1), at_L, flat) == ("not reproduced", "w")
