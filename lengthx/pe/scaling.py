@@ -183,18 +183,6 @@ class ReRoPE(RoPE):
             s = torch.where(ahead, back, s)
         return s * scale
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, pos_q: Positions, pos_k: Positions, scale: float, causal: bool,
-               layer: int = 0) -> Optional[Tensor]:
-        "The same attention in parts: RoPE on the band |m − n| < w, the query rotated by w against unrotated keys beyond, merged by log-sum-exp."
-        o, w = index_offset(pos_q, pos_k), self.window
-        if o is None: return None   # positions that are not one consecutive run: the logits path
-        (tq,), (tk,) = self.tables_for(pos_q, q.dtype), self.tables_for(pos_k, k.dtype)
-        tw = rotary_table(*self.tables(torch.tensor([w], device=q.device), w + 1), q.dtype)
-        parts = [band_attend(apply_rotary(q, tq), apply_rotary(k, tk), v, scale, 0 if causal else 1 - w, w - 1, o),
-                 band_attend(apply_rotary(q, tw), k, v, scale, w, None, o)]
-        if not causal: parts.append(band_attend(q, apply_rotary(k, tw), v, scale, None, -w, o))   # keys w or more ahead
-        return merge_parts(parts)[0]
-
     def extra_repr(self) -> str: return f"{super().extra_repr()}, window={self.window}"
 
 # %% ../../nbs/12_context_extension.ipynb #65f3dead
@@ -216,11 +204,6 @@ class ReRoPELogN(ReRoPE):
     def logits(self, q: Tensor, k: Tensor, pos_q: Positions, pos_k: Positions, scale: float, layer: int = 0) -> Tensor:
         f = rerope_logn_scale(pos_q.token, self.train_len).to(q.device, q.dtype)   # [B, Tq]
         return super().logits(q * f[:, None, :, None], k, pos_q, pos_k, scale, layer)
-
-    def attend(self, q, k, v, pos_q, pos_k, scale, causal, layer=0):
-        "ReRoPE's parts on the scaled queries."
-        f = rerope_logn_scale(pos_q.token, self.train_len).to(q.device, q.dtype)
-        return super().attend(q * f[:, None, :, None], k, v, pos_q, pos_k, scale, causal, layer)
 
     def extra_repr(self) -> str: return f"{super().extra_repr()}, logn_train_len={self.train_len}"
 
@@ -266,19 +249,45 @@ class SelfExtend(RoPE):
             s = torch.where(ahead, torch.einsum("bhqd,bhkd->bhqk", self._rotated(q, gq0), self._rotated(k, gk1)), s)
         return s * scale
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, pos_q: Positions, pos_k: Positions, scale: float, causal: bool,
-               layer: int = 0) -> Optional[Tensor]:
-        "The same attention in parts: RoPE on the band |m − n| < w, grouped rotations of query and key beyond, merged by log-sum-exp."
-        o, w, G = index_offset(pos_q, pos_k), self.window, self.group
-        if o is None: return None
-        (tq,), (tk,) = self.tables_for(pos_q, q.dtype), self.tables_for(pos_k, k.dtype)
-        (gq, gq0), (gk1, gk) = self_extend_positions(pos_q.token, G, w), self_extend_positions(pos_k.token, G, w)
-        parts = [band_attend(apply_rotary(q, tq), apply_rotary(k, tk), v, scale, 0 if causal else 1 - w, w - 1, o),
-                 band_attend(self._rotated(q, gq), self._rotated(k, gk), v, scale, w, None, o)]
-        if not causal: parts.append(band_attend(self._rotated(q, gq0), self._rotated(k, gk1), v, scale, None, -w, o))
-        return merge_parts(parts)[0]
-
     def extra_repr(self) -> str: return f"{super().extra_repr()}, group={self.group}, window={self.window}"
+
+# %% ../../nbs/12_context_extension.ipynb #5e55ae84
+def _rerope_attend(self: ReRoPE, q: Tensor, k: Tensor, v: Tensor, pos_q: Positions, pos_k: Positions, scale: float,
+                   causal: bool, layer: int = 0) -> Optional[Tensor]:
+    "The same attention in parts: RoPE on the band |m − n| < w, the query rotated by w against unrotated keys beyond, merged by log-sum-exp."
+    o, w = index_offset(pos_q, pos_k), self.window
+    if o is None: return None   # positions that are not one consecutive run: the logits path
+    (tq,), (tk,) = self.tables_for(pos_q, q.dtype), self.tables_for(pos_k, k.dtype)
+    tw = rotary_table(*self.tables(torch.tensor([w], device=q.device), w + 1), q.dtype)
+    parts = [band_attend(apply_rotary(q, tq), apply_rotary(k, tk), v, scale, 0 if causal else 1 - w, w - 1, o),
+             band_attend(apply_rotary(q, tw), k, v, scale, w, None, o)]
+    if not causal: parts.append(band_attend(q, apply_rotary(k, tw), v, scale, None, -w, o))   # keys w or more ahead
+    return merge_parts(parts)[0]
+
+
+def _rerope_logn_attend(self: ReRoPELogN, q, k, v, pos_q, pos_k, scale, causal, layer=0) -> Optional[Tensor]:
+    "ReRoPE's parts on the scaled queries."
+    f = rerope_logn_scale(pos_q.token, self.train_len).to(q.device, q.dtype)
+    return _rerope_attend(self, q * f[:, None, :, None], k, v, pos_q, pos_k, scale, causal, layer)
+
+
+ReRoPE.attend, ReRoPELogN.attend = _rerope_attend, _rerope_logn_attend
+
+# %% ../../nbs/12_context_extension.ipynb #99c31006
+def _self_extend_attend(self: SelfExtend, q: Tensor, k: Tensor, v: Tensor, pos_q: Positions, pos_k: Positions, scale: float,
+                        causal: bool, layer: int = 0) -> Optional[Tensor]:
+    "The same attention in parts: RoPE on the band |m − n| < w, grouped rotations of query and key beyond, merged by log-sum-exp."
+    o, w, G = index_offset(pos_q, pos_k), self.window, self.group
+    if o is None: return None
+    (tq,), (tk,) = self.tables_for(pos_q, q.dtype), self.tables_for(pos_k, k.dtype)
+    (gq, gq0), (gk1, gk) = self_extend_positions(pos_q.token, G, w), self_extend_positions(pos_k.token, G, w)
+    parts = [band_attend(apply_rotary(q, tq), apply_rotary(k, tk), v, scale, 0 if causal else 1 - w, w - 1, o),
+             band_attend(self._rotated(q, gq), self._rotated(k, gk), v, scale, w, None, o)]
+    if not causal: parts.append(band_attend(self._rotated(q, gq0), self._rotated(k, gk1), v, scale, None, -w, o))
+    return merge_parts(parts)[0]
+
+
+SelfExtend.attend = _self_extend_attend
 
 # %% ../../nbs/12_context_extension.ipynb #dd026502
 class RemappedRoPE(RoPE):
