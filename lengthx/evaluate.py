@@ -541,14 +541,14 @@ PE_COLOURS = {"black": "#000000", "blue": "#0072B2", "vermillion": "#D55E00", "g
               "orange": "#E69F00", "pink": "#CC79A7", "sky": "#56B4E9", "indigo": "#332288", "wine": "#882255",
               "olive": "#999933", "teal": "#44AA99", "purple": "#AA4499", "grey": "#777777",
               "brown": "#8C510A", "gold": "#C9A227", "magenta": "#EE3377", "crimson": "#CC0033", "violet": "#9900FF",
-              "pear": "#BBCC33"}
+              "pear": "#BBCC33", "lavender": "#9977FF", "plum": "#550055"}
 PE_STYLE = {   # family -> (colour, marker): a colour per group of related methods, a marker per member
     "nope": ("black", "o"), "sinusoidal": ("black", "s"), "learned": ("black", "^"),
     "rope": ("blue", "o"), "xpos": ("blue", "s"), "prope": ("blue", "^"), "temp": ("blue", "D"),
     "chunk": ("blue", "v"), "streaming": ("blue", "P"),
-    "yarn": ("sky", "o"), "yarn_hf": ("sky", "s"), "ntk_by_parts": ("sky", "^"), "llama3": ("sky", "D"),
+    "yarn": ("sky", "o"), "yarn_hf": ("sky", "s"), "ntk_by_parts": ("sky", "^"), "llama3": ("lavender", "D"),
     "longrope": ("sky", "v"), "dynamic_linear": ("sky", "P"),
-    "rerope": ("teal", "o"), "self_extend": ("teal", "s"), "window": ("teal", "^"),
+    "rerope": ("teal", "o"), "self_extend": ("plum", "s"), "window": ("teal", "^"),
     "dca": ("teal", "D"), "string": ("teal", "v"), "sinks": ("teal", "P"), "sink": ("teal", "X"),
     "pose": ("olive", "o"), "randomized": ("olive", "s"),
     "alibi": ("vermillion", "o"), "sandwich": ("vermillion", "s"), "fox": ("vermillion", "^"),

@@ -105,3 +105,16 @@ def test_colour_arguments_are_checked():
     import pytest
     with pytest.raises(ValueError, match="RRGGBB"): colour_lab("red")
     with pytest.raises(ValueError, match="vision"): colour_lab("#FF0000", "monochromacy")
+
+
+# Chapter 12 draws Llama 3.1 beside YaRN (both once sky blue) and Self-Extend beside ReRoPE (both once teal), with PI,
+# NTK-aware, dynamic NTK, plain RoPE and PoSE in the same panels. Each now has a colour of its own, apart from all of them.
+CH12_DRAWN = ["rope", "rope:pi=4", "rope:ntk=4", "rope:dynamic=2", "yarn:s=4", "llama3:s=4", "rerope:w=16",
+              "self_extend:w=16:g=2", "pose:target=128:rope"]
+
+
+def test_llama3_and_self_extend_stand_apart_in_chapter_12():
+    for s in ("llama3:s=4", "self_extend:w=16:g=2"):
+        for o in CH12_DRAWN:
+            if o == s: continue
+            assert _gap(s, o) >= MIN_APART, (s, o, _gap(s, o))

@@ -14,15 +14,18 @@ from torch import Tensor
 
 from ..attention import (PE, PEContext, Positions, WrappedPE, attend_lse, band_attend, index_offset, merge_parts,
                                register_pe)
-from .rotary import ROPE_SCALINGS, RoPE, apply_rotary, rope_inv_freq, rotary_dim, rotary_table
+from ..attention import Opt   # declares each option's type, default and range for register_pe
+from .rotary import (ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN, ROPE_SCALINGS, RoPE, apply_rotary, rope_inv_freq,
+                               rotary_dim, rotary_table)
 
 # %% auto #0
 __all__ = ['rope_wavelengths', 'rotations_in', 'pi_inv_freq', 'ntk_base', 'ntk_inv_freq', 'dynamic_ntk_inv_freq',
-           'dynamic_linear_inv_freq', 'yarn_correction_dim', 'yarn_correction_range', 'yarn_ramp', 'yarn_attn_factor',
-           'ntk_by_parts_inv_freq', 'yarn_inv_freq', 'llama3_inv_freq', 'longrope_attn_factor', 'longrope_inv_freq',
-           'DynamicNTKRoPE', 'ReRoPE', 'LongRoPE', 'rerope_logn_scale', 'ReRoPELogN', 'self_extend_positions',
-           'self_extend_relative', 'SelfExtend', 'RemappedRoPE', 'dca_positions', 'dca_relative', 'DCA',
-           'string_relative', 'STRING', 'sinks_relative', 'Sinks', 'pose_positions', 'PoSE', 'DynamicLinearRoPE']
+           'DynamicNTKRoPE', 'dynamic_linear_inv_freq', 'DynamicLinearRoPE', 'yarn_correction_dim',
+           'yarn_correction_range', 'yarn_ramp', 'yarn_attn_factor', 'ntk_by_parts_inv_freq', 'yarn_inv_freq',
+           'llama3_inv_freq', 'longrope_attn_factor', 'longrope_inv_freq', 'ReRoPE', 'rerope_logn_scale', 'ReRoPELogN',
+           'self_extend_positions', 'self_extend_relative', 'SelfExtend', 'RemappedRoPE', 'dca_positions',
+           'dca_relative', 'DCA', 'string_relative', 'STRING', 'sinks_relative', 'Sinks', 'pose_positions', 'PoSE',
+           'LongRoPE']
 
 # %% ../../nbs/12_context_extension.ipynb #52e83ff0
 def rope_wavelengths(dim: int, base: float = 10000.0) -> Tensor:
@@ -62,10 +65,32 @@ def dynamic_ntk_inv_freq(dim: int, base: float, scale: float, seq_len: int, orig
     if seq_len <= original_max_len: return rope_inv_freq(dim, base)
     return ntk_inv_freq(dim, base, scale * seq_len / original_max_len - (scale - 1))
 
+# %% ../../nbs/12_context_extension.ipynb #1964358d
+class DynamicNTKRoPE(RoPE):
+    "RoPE whose base is recomputed from the current length (dynamic NTK); plain RoPE up to original_max_len."
+    def __init__(self, ctx: PEContext, scale: float, base: float = 10000.0, frac: float = 1.0,
+                 original_max_len: Optional[int] = None):
+        super().__init__(ctx, base, frac)
+        self.scale = _check_scale(scale)
+        self.original_max_len = int(original_max_len or ctx.max_len)
+
+    def frequencies(self, length: int) -> tuple[Tensor, float]:
+        return dynamic_ntk_inv_freq(self.rot_dim, self.base, self.scale, length, self.original_max_len), self.attn_factor
+
 # %% ../../nbs/12_context_extension.ipynb #a271a06e
 def dynamic_linear_inv_freq(dim: int, base: float, seq_len: int, original_max_len: int) -> Tensor:
     "Dynamic linear scaling: PI with s = max(1, L_cur / L_orig), i.e. plain θ up to the training length."
     return pi_inv_freq(dim, base, max(1.0, seq_len / original_max_len))
+
+# %% ../../nbs/12_context_extension.ipynb #d9c7721b
+class DynamicLinearRoPE(RoPE):
+    "RoPE read with PI at s = max(1, L_cur / L_orig), recomputed from each forward's length."
+    def __init__(self, ctx: PEContext, base: float = 10000.0, frac: float = 1.0, original_max_len: Optional[int] = None):
+        super().__init__(ctx, base, frac)
+        self.original_max_len = int(original_max_len or ctx.max_len)
+
+    def frequencies(self, length: int) -> tuple[Tensor, float]:
+        return dynamic_linear_inv_freq(self.rot_dim, self.base, length, self.original_max_len), self.attn_factor
 
 # %% ../../nbs/12_context_extension.ipynb #0ca34162
 def yarn_correction_dim(n_rotations: float, dim: int, base: float, original_max_len: int) -> float:
@@ -134,18 +159,6 @@ def longrope_inv_freq(dim: int, base: float, short_factor, long_factor, seq_len:
     factor = longrope_attn_factor(scale, original_max_len) if attention_factor is None else float(attention_factor)
     return rope_inv_freq(dim, base) / lam, factor
 
-# %% ../../nbs/12_context_extension.ipynb #1964358d
-class DynamicNTKRoPE(RoPE):
-    "RoPE whose base is recomputed from the current length (dynamic NTK); plain RoPE up to original_max_len."
-    def __init__(self, ctx: PEContext, scale: float, base: float = 10000.0, frac: float = 1.0,
-                 original_max_len: Optional[int] = None):
-        super().__init__(ctx, base, frac)
-        self.scale = _check_scale(scale)
-        self.original_max_len = int(original_max_len or ctx.max_len)
-
-    def frequencies(self, length: int) -> tuple[Tensor, float]:
-        return dynamic_ntk_inv_freq(self.rot_dim, self.base, self.scale, length, self.original_max_len), self.attn_factor
-
 # %% ../../nbs/12_context_extension.ipynb #23259fe1
 class ReRoPE(RoPE):
     "ReRoPE (Su, 2023): RoPE logits for |m − n| < w, relative position clipped to ±w beyond (two score matrices)."
@@ -170,142 +183,7 @@ class ReRoPE(RoPE):
             s = torch.where(ahead, back, s)
         return s * scale
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, pos_q: Positions, pos_k: Positions, scale: float, causal: bool,
-               layer: int = 0) -> Optional[Tensor]:
-        "The same attention in parts: RoPE on the band |m − n| < w, the query rotated by w against unrotated keys beyond, merged by log-sum-exp."
-        o, w = index_offset(pos_q, pos_k), self.window
-        if o is None: return None   # positions that are not one consecutive run: the logits path
-        (tq,), (tk,) = self.tables_for(pos_q, q.dtype), self.tables_for(pos_k, k.dtype)
-        tw = rotary_table(*self.tables(torch.tensor([w], device=q.device), w + 1), q.dtype)
-        parts = [band_attend(apply_rotary(q, tq), apply_rotary(k, tk), v, scale, 0 if causal else 1 - w, w - 1, o),
-                 band_attend(apply_rotary(q, tw), k, v, scale, w, None, o)]
-        if not causal: parts.append(band_attend(q, apply_rotary(k, tw), v, scale, None, -w, o))   # keys w or more ahead
-        return merge_parts(parts)[0]
-
     def extra_repr(self) -> str: return f"{super().extra_repr()}, window={self.window}"
-
-# %% ../../nbs/12_context_extension.ipynb #a3e77488
-def _pi_rope(ctx: PEContext, s: float, base: float, frac: float, original_max_len=None) -> RoPE:
-    "`rope:pi=s`: every frequency divided by s."
-    return RoPE(ctx, base, frac, inv_freq=pi_inv_freq(rotary_dim(ctx.head_dim, frac), base, s))
-
-
-def _ntk_rope(ctx: PEContext, s: float, base: float, frac: float, original_max_len=None) -> RoPE:
-    "`rope:ntk=s`: the base raised so the lowest frequency is divided by s."
-    return RoPE(ctx, base, frac, inv_freq=ntk_inv_freq(rotary_dim(ctx.head_dim, frac), base, s))
-
-
-def _dynamic_rope(ctx: PEContext, s: float, base: float, frac: float, original_max_len=None) -> RoPE:
-    "`rope:dynamic=s`: NTK scaling recomputed from the current length."
-    return DynamicNTKRoPE(ctx, s, base, frac, original_max_len)
-
-
-ROPE_SCALINGS.update(pi=_pi_rope, ntk=_ntk_rope, dynamic=_dynamic_rope)   # the `rope` family's options (chapter 10)
-
-
-from ..attention import Opt   # declares each option's type, default and range for register_pe
-from .rotary import ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN
-
-# %% ../../nbs/12_context_extension.ipynb #a61dfdac
-@register_pe("yarn", examples=["yarn:s=8", "yarn:s=4:beta_fast=16"], options=[
-    Opt("s", float, 8.0, "scale factor: the context grows s-fold", lo=1, hi=1e6, example=4.0),
-    ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN,
-    Opt("beta_fast", float, 32.0, "β: pairs turning more than β times in the training window keep their frequency",
-        lo=1e-3, hi=1e6, example=16.0),
-    Opt("beta_slow", float, 1.0, "α: pairs turning fewer than α times are fully interpolated (α < β)",
-        lo=1e-3, hi=1e6, example=2.0)])
-def _yarn(ctx: PEContext, s: float = 8.0, base: float = 10000.0, frac: float = 1.0, original_max_len: Optional[int] = None,
-          beta_fast: float = 32.0, beta_slow: float = 1.0) -> PE:
-    "YaRN: ramp between kept and interpolated pairs, cos/sin × (0.1 ln s + 1); original_max_len defaults to max_len."
-    if not beta_fast > beta_slow: raise ValueError(f"beta_fast={beta_fast:g} must exceed beta_slow={beta_slow:g} (β > α)")
-    r = rotary_dim(ctx.head_dim, frac)
-    inv, factor = yarn_inv_freq(r, base, s, int(original_max_len or ctx.max_len), beta_fast, beta_slow)
-    return RoPE(ctx, base, frac, inv_freq=inv, attn_factor=factor)
-
-
-@register_pe("rerope", examples=["rerope", "rerope:w=16", "rerope:w=4", "rerope:logn=true"], options=[
-    Opt("w", int, None, "window: exact RoPE for |m−n| < w, relative position clipped to w beyond (unset: max_len // 2)",
-        lo=1, hi=10**9, example=16),
-    ROPE_BASE, ROPE_FRAC,
-    Opt("logn", bool, False, "multiply query m by max(1, log(m+1)/log L) before both score matrices, as in Su's "
-        "reference patch (log-n attention); L = original_max_len", example=True),
-    Opt("original_max_len", int, None, "training length L used by logn (unset: max_len)", lo=2, hi=10**9, example=512)])
-def _rerope(ctx: PEContext, w: Optional[int] = None, base: float = 10000.0, frac: float = 1.0, logn: bool = False,
-            original_max_len: Optional[int] = None) -> PE:
-    "ReRoPE: exact RoPE inside window w (default max_len // 2), relative position clipped to w beyond (naive/chunked only)."
-    window = w if w is not None else max(1, ctx.max_len // 2)
-    if logn: return ReRoPELogN(ctx, window, base, frac, train_len=original_max_len)
-    return ReRoPE(ctx, window, base, frac)
-
-# %% ../../nbs/12_context_extension.ipynb #d2e9ff97
-class LongRoPE(RoPE):
-    "LongRoPE: θ_i / λ_i with the short factors up to original_max_len, the long ones beyond; cos/sin × √(1 + ln s/ln L)."
-    def __init__(self, ctx: PEContext, scale: float, short_factor: Tensor, long_factor: Tensor, base: float = 10000.0,
-                 frac: float = 1.0, original_max_len: Optional[int] = None, attention_factor: Optional[float] = None):
-        super().__init__(ctx, base, frac)
-        self.scale = _check_scale(scale)
-        self.original_max_len = int(original_max_len or ctx.max_len)
-        self.short_factor, self.long_factor = short_factor.double(), long_factor.double()
-        _, self.attn_factor = longrope_inv_freq(self.rot_dim, self.base, self.short_factor, self.long_factor, 1,
-                                                self.original_max_len, self.scale, attention_factor)
-        longrope_inv_freq(self.rot_dim, self.base, self.short_factor, self.long_factor, self.original_max_len + 1,
-                          self.original_max_len, self.scale)   # validates the long set too
-
-    def frequencies(self, length: int) -> tuple[Tensor, float]:
-        inv, _ = longrope_inv_freq(self.rot_dim, self.base, self.short_factor, self.long_factor, length,
-                                   self.original_max_len, self.scale)
-        return inv, self.attn_factor
-
-    def extra_repr(self) -> str: return f"{super().extra_repr()}, s={self.scale:g}, original_max_len={self.original_max_len}"
-
-# %% ../../nbs/12_context_extension.ipynb #c45c8aa8
-_BETA_FAST = Opt("beta_fast", float, 32.0, "β: pairs turning more than β times in the training window keep their frequency",
-                 lo=1e-3, hi=1e6, example=16.0)
-_BETA_SLOW = Opt("beta_slow", float, 1.0, "α: pairs turning fewer than α times are fully interpolated (α < β)",
-                 lo=1e-3, hi=1e6, example=2.0)
-
-
-@register_pe("ntk_by_parts", examples=["ntk_by_parts:s=8", "ntk_by_parts:s=4:beta_fast=16"], options=[
-    Opt("s", float, 8.0, "scale factor: the context grows s-fold", lo=1, hi=1e6, example=4.0),
-    ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN, _BETA_FAST, _BETA_SLOW])
-def _ntk_by_parts(ctx: PEContext, s: float = 8.0, base: float = 10000.0, frac: float = 1.0,
-                  original_max_len: Optional[int] = None, beta_fast: float = 32.0, beta_slow: float = 1.0) -> PE:
-    "NTK-by-parts: YaRN's frequencies without its temperature (original_max_len defaults to max_len)."
-    if not beta_fast > beta_slow: raise ValueError(f"beta_fast={beta_fast:g} must exceed beta_slow={beta_slow:g} (β > α)")
-    r = rotary_dim(ctx.head_dim, frac)
-    return RoPE(ctx, base, frac, inv_freq=ntk_by_parts_inv_freq(r, base, s, int(original_max_len or ctx.max_len), beta_fast, beta_slow))
-
-# %% ../../nbs/12_context_extension.ipynb #a41fc6b4
-@register_pe("llama3", examples=["llama3:s=8", "llama3:s=4:original_max_len=16:low_freq_factor=2:high_freq_factor=8"], options=[
-    Opt("s", float, 8.0, "scale factor: the context grows s-fold", lo=1, hi=1e6, example=4.0),
-    ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN,
-    Opt("low_freq_factor", float, 1.0, "pairs turning fewer than this many times in the training window are divided by s",
-        lo=0, hi=1e6, example=2.0),
-    Opt("high_freq_factor", float, 4.0, "pairs turning more than this many times keep their frequency (> low_freq_factor)",
-        lo=0, hi=1e6, lo_open=True, example=8.0)])
-def _llama3(ctx: PEContext, s: float = 8.0, base: float = 10000.0, frac: float = 1.0, original_max_len: Optional[int] = None,
-            low_freq_factor: float = 1.0, high_freq_factor: float = 4.0) -> PE:
-    "Llama 3.1 scaling: kept, blended (linear in turns) and divided bands; no attention factor."
-    r = rotary_dim(ctx.head_dim, frac)
-    inv = llama3_inv_freq(r, base, s, int(original_max_len or ctx.max_len), low_freq_factor, high_freq_factor)
-    return RoPE(ctx, base, frac, inv_freq=inv)
-
-
-@register_pe("longrope", examples=["longrope:s=8", "longrope:s=4:original_max_len=16", "longrope:s=4:attention_factor=1"],
-             options=[
-    Opt("s", float, 8.0, "target scale s (target length / original_max_len): sets the attention factor and the long set",
-        lo=1, hi=1e6, example=4.0),
-    ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN,
-    Opt("attention_factor", float, None, "cos/sin multiplier (unset: √(1 + ln s / ln original_max_len))", lo=0,
-        hi=1e3, lo_open=True, example=1.0)])
-def _longrope(ctx: PEContext, s: float = 8.0, base: float = 10000.0, frac: float = 1.0, original_max_len: Optional[int] = None,
-              attention_factor: Optional[float] = None) -> PE:
-    "LongRoPE at its search seed: short set all 1, long set the NTK-by-parts factors for s (searched sets: `LongRoPE`)."
-    r = rotary_dim(ctx.head_dim, frac)
-    L = int(original_max_len or ctx.max_len)
-    lam_long = rope_inv_freq(r, base) / ntk_by_parts_inv_freq(r, base, s, L)
-    lam_short = torch.ones(r // 2, dtype=torch.float64)
-    return LongRoPE(ctx, s, lam_short, lam_long, base, frac, L, attention_factor)
 
 # %% ../../nbs/12_context_extension.ipynb #65f3dead
 def rerope_logn_scale(pos: Tensor, train_len: int) -> Tensor:
@@ -326,11 +204,6 @@ class ReRoPELogN(ReRoPE):
     def logits(self, q: Tensor, k: Tensor, pos_q: Positions, pos_k: Positions, scale: float, layer: int = 0) -> Tensor:
         f = rerope_logn_scale(pos_q.token, self.train_len).to(q.device, q.dtype)   # [B, Tq]
         return super().logits(q * f[:, None, :, None], k, pos_q, pos_k, scale, layer)
-
-    def attend(self, q, k, v, pos_q, pos_k, scale, causal, layer=0):
-        "ReRoPE's parts on the scaled queries."
-        f = rerope_logn_scale(pos_q.token, self.train_len).to(q.device, q.dtype)
-        return super().attend(q * f[:, None, :, None], k, v, pos_q, pos_k, scale, causal, layer)
 
     def extra_repr(self) -> str: return f"{super().extra_repr()}, logn_train_len={self.train_len}"
 
@@ -376,19 +249,45 @@ class SelfExtend(RoPE):
             s = torch.where(ahead, torch.einsum("bhqd,bhkd->bhqk", self._rotated(q, gq0), self._rotated(k, gk1)), s)
         return s * scale
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, pos_q: Positions, pos_k: Positions, scale: float, causal: bool,
-               layer: int = 0) -> Optional[Tensor]:
-        "The same attention in parts: RoPE on the band |m − n| < w, grouped rotations of query and key beyond, merged by log-sum-exp."
-        o, w, G = index_offset(pos_q, pos_k), self.window, self.group
-        if o is None: return None
-        (tq,), (tk,) = self.tables_for(pos_q, q.dtype), self.tables_for(pos_k, k.dtype)
-        (gq, gq0), (gk1, gk) = self_extend_positions(pos_q.token, G, w), self_extend_positions(pos_k.token, G, w)
-        parts = [band_attend(apply_rotary(q, tq), apply_rotary(k, tk), v, scale, 0 if causal else 1 - w, w - 1, o),
-                 band_attend(self._rotated(q, gq), self._rotated(k, gk), v, scale, w, None, o)]
-        if not causal: parts.append(band_attend(self._rotated(q, gq0), self._rotated(k, gk1), v, scale, None, -w, o))
-        return merge_parts(parts)[0]
-
     def extra_repr(self) -> str: return f"{super().extra_repr()}, group={self.group}, window={self.window}"
+
+# %% ../../nbs/12_context_extension.ipynb #5e55ae84
+def _rerope_attend(self: ReRoPE, q: Tensor, k: Tensor, v: Tensor, pos_q: Positions, pos_k: Positions, scale: float,
+                   causal: bool, layer: int = 0) -> Optional[Tensor]:
+    "The same attention in parts: RoPE on the band |m − n| < w, the query rotated by w against unrotated keys beyond, merged by log-sum-exp."
+    o, w = index_offset(pos_q, pos_k), self.window
+    if o is None: return None   # positions that are not one consecutive run: the logits path
+    (tq,), (tk,) = self.tables_for(pos_q, q.dtype), self.tables_for(pos_k, k.dtype)
+    tw = rotary_table(*self.tables(torch.tensor([w], device=q.device), w + 1), q.dtype)
+    parts = [band_attend(apply_rotary(q, tq), apply_rotary(k, tk), v, scale, 0 if causal else 1 - w, w - 1, o),
+             band_attend(apply_rotary(q, tw), k, v, scale, w, None, o)]
+    if not causal: parts.append(band_attend(q, apply_rotary(k, tw), v, scale, None, -w, o))   # keys w or more ahead
+    return merge_parts(parts)[0]
+
+
+def _rerope_logn_attend(self: ReRoPELogN, q, k, v, pos_q, pos_k, scale, causal, layer=0) -> Optional[Tensor]:
+    "ReRoPE's parts on the scaled queries."
+    f = rerope_logn_scale(pos_q.token, self.train_len).to(q.device, q.dtype)
+    return _rerope_attend(self, q * f[:, None, :, None], k, v, pos_q, pos_k, scale, causal, layer)
+
+
+ReRoPE.attend, ReRoPELogN.attend = _rerope_attend, _rerope_logn_attend
+
+# %% ../../nbs/12_context_extension.ipynb #99c31006
+def _self_extend_attend(self: SelfExtend, q: Tensor, k: Tensor, v: Tensor, pos_q: Positions, pos_k: Positions, scale: float,
+                        causal: bool, layer: int = 0) -> Optional[Tensor]:
+    "The same attention in parts: RoPE on the band |m − n| < w, grouped rotations of query and key beyond, merged by log-sum-exp."
+    o, w, G = index_offset(pos_q, pos_k), self.window, self.group
+    if o is None: return None
+    (tq,), (tk,) = self.tables_for(pos_q, q.dtype), self.tables_for(pos_k, k.dtype)
+    (gq, gq0), (gk1, gk) = self_extend_positions(pos_q.token, G, w), self_extend_positions(pos_k.token, G, w)
+    parts = [band_attend(apply_rotary(q, tq), apply_rotary(k, tk), v, scale, 0 if causal else 1 - w, w - 1, o),
+             band_attend(self._rotated(q, gq), self._rotated(k, gk), v, scale, w, None, o)]
+    if not causal: parts.append(band_attend(self._rotated(q, gq0), self._rotated(k, gk1), v, scale, None, -w, o))
+    return merge_parts(parts)[0]
+
+
+SelfExtend.attend = _self_extend_attend
 
 # %% ../../nbs/12_context_extension.ipynb #dd026502
 class RemappedRoPE(RoPE):
@@ -607,17 +506,126 @@ class PoSE(WrappedPE):
 
     def extra_repr(self) -> str: return f"spec={self.spec!r}, target={self.target}, chunks={self.chunks}"
 
-# %% ../../nbs/12_context_extension.ipynb #2855c777
-class DynamicLinearRoPE(RoPE):
-    "RoPE read with PI at s = max(1, L_cur / L_orig), recomputed from each forward's length."
-    def __init__(self, ctx: PEContext, base: float = 10000.0, frac: float = 1.0, original_max_len: Optional[int] = None):
+# %% ../../nbs/12_context_extension.ipynb #d2e9ff97
+class LongRoPE(RoPE):
+    "LongRoPE: θ_i / λ_i with the short factors up to original_max_len, the long ones beyond; cos/sin × √(1 + ln s/ln L)."
+    def __init__(self, ctx: PEContext, scale: float, short_factor: Tensor, long_factor: Tensor, base: float = 10000.0,
+                 frac: float = 1.0, original_max_len: Optional[int] = None, attention_factor: Optional[float] = None):
         super().__init__(ctx, base, frac)
+        self.scale = _check_scale(scale)
         self.original_max_len = int(original_max_len or ctx.max_len)
+        self.short_factor, self.long_factor = short_factor.double(), long_factor.double()
+        _, self.attn_factor = longrope_inv_freq(self.rot_dim, self.base, self.short_factor, self.long_factor, 1,
+                                                self.original_max_len, self.scale, attention_factor)
+        longrope_inv_freq(self.rot_dim, self.base, self.short_factor, self.long_factor, self.original_max_len + 1,
+                          self.original_max_len, self.scale)   # validates the long set too
 
     def frequencies(self, length: int) -> tuple[Tensor, float]:
-        return dynamic_linear_inv_freq(self.rot_dim, self.base, length, self.original_max_len), self.attn_factor
+        inv, _ = longrope_inv_freq(self.rot_dim, self.base, self.short_factor, self.long_factor, length,
+                                   self.original_max_len, self.scale)
+        return inv, self.attn_factor
+
+    def extra_repr(self) -> str: return f"{super().extra_repr()}, s={self.scale:g}, original_max_len={self.original_max_len}"
+
+# %% ../../nbs/12_context_extension.ipynb #5fea8eca
+def _pi_rope(ctx: PEContext, s: float, base: float, frac: float, original_max_len=None) -> RoPE:
+    "`rope:pi=s`: every frequency divided by s."
+    return RoPE(ctx, base, frac, inv_freq=pi_inv_freq(rotary_dim(ctx.head_dim, frac), base, s))
 
 
+def _ntk_rope(ctx: PEContext, s: float, base: float, frac: float, original_max_len=None) -> RoPE:
+    "`rope:ntk=s`: the base raised so the lowest frequency is divided by s."
+    return RoPE(ctx, base, frac, inv_freq=ntk_inv_freq(rotary_dim(ctx.head_dim, frac), base, s))
+
+
+def _dynamic_rope(ctx: PEContext, s: float, base: float, frac: float, original_max_len=None) -> RoPE:
+    "`rope:dynamic=s`: NTK scaling recomputed from the current length."
+    return DynamicNTKRoPE(ctx, s, base, frac, original_max_len)
+
+
+ROPE_SCALINGS.update(pi=_pi_rope, ntk=_ntk_rope, dynamic=_dynamic_rope)   # the `rope` family's options (chapter 10)
+
+# %% ../../nbs/12_context_extension.ipynb #a61dfdac
+@register_pe("yarn", examples=["yarn:s=8", "yarn:s=4:beta_fast=16"], options=[
+    Opt("s", float, 8.0, "scale factor: the context grows s-fold", lo=1, hi=1e6, example=4.0),
+    ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN,
+    Opt("beta_fast", float, 32.0, "β: pairs turning more than β times in the training window keep their frequency",
+        lo=1e-3, hi=1e6, example=16.0),
+    Opt("beta_slow", float, 1.0, "α: pairs turning fewer than α times are fully interpolated (α < β)",
+        lo=1e-3, hi=1e6, example=2.0)])
+def _yarn(ctx: PEContext, s: float = 8.0, base: float = 10000.0, frac: float = 1.0, original_max_len: Optional[int] = None,
+          beta_fast: float = 32.0, beta_slow: float = 1.0) -> PE:
+    "YaRN: ramp between kept and interpolated pairs, cos/sin × (0.1 ln s + 1); original_max_len defaults to max_len."
+    if not beta_fast > beta_slow: raise ValueError(f"beta_fast={beta_fast:g} must exceed beta_slow={beta_slow:g} (β > α)")
+    r = rotary_dim(ctx.head_dim, frac)
+    inv, factor = yarn_inv_freq(r, base, s, int(original_max_len or ctx.max_len), beta_fast, beta_slow)
+    return RoPE(ctx, base, frac, inv_freq=inv, attn_factor=factor)
+
+
+@register_pe("rerope", examples=["rerope", "rerope:w=16", "rerope:w=4", "rerope:logn=true"], options=[
+    Opt("w", int, None, "window: exact RoPE for |m−n| < w, relative position clipped to w beyond (unset: max_len // 2)",
+        lo=1, hi=10**9, example=16),
+    ROPE_BASE, ROPE_FRAC,
+    Opt("logn", bool, False, "multiply query m by max(1, log(m+1)/log L) before both score matrices, as in Su's "
+        "reference patch (log-n attention); L = original_max_len", example=True),
+    Opt("original_max_len", int, None, "training length L used by logn (unset: max_len)", lo=2, hi=10**9, example=512)])
+def _rerope(ctx: PEContext, w: Optional[int] = None, base: float = 10000.0, frac: float = 1.0, logn: bool = False,
+            original_max_len: Optional[int] = None) -> PE:
+    "ReRoPE: exact RoPE inside window w (default max_len // 2), relative position clipped to w beyond (naive/chunked only)."
+    window = w if w is not None else max(1, ctx.max_len // 2)
+    if logn: return ReRoPELogN(ctx, window, base, frac, train_len=original_max_len)
+    return ReRoPE(ctx, window, base, frac)
+
+# %% ../../nbs/12_context_extension.ipynb #c45c8aa8
+_BETA_FAST = Opt("beta_fast", float, 32.0, "β: pairs turning more than β times in the training window keep their frequency",
+                 lo=1e-3, hi=1e6, example=16.0)
+_BETA_SLOW = Opt("beta_slow", float, 1.0, "α: pairs turning fewer than α times are fully interpolated (α < β)",
+                 lo=1e-3, hi=1e6, example=2.0)
+
+
+@register_pe("ntk_by_parts", examples=["ntk_by_parts:s=8", "ntk_by_parts:s=4:beta_fast=16"], options=[
+    Opt("s", float, 8.0, "scale factor: the context grows s-fold", lo=1, hi=1e6, example=4.0),
+    ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN, _BETA_FAST, _BETA_SLOW])
+def _ntk_by_parts(ctx: PEContext, s: float = 8.0, base: float = 10000.0, frac: float = 1.0,
+                  original_max_len: Optional[int] = None, beta_fast: float = 32.0, beta_slow: float = 1.0) -> PE:
+    "NTK-by-parts: YaRN's frequencies without its temperature (original_max_len defaults to max_len)."
+    if not beta_fast > beta_slow: raise ValueError(f"beta_fast={beta_fast:g} must exceed beta_slow={beta_slow:g} (β > α)")
+    r = rotary_dim(ctx.head_dim, frac)
+    return RoPE(ctx, base, frac, inv_freq=ntk_by_parts_inv_freq(r, base, s, int(original_max_len or ctx.max_len), beta_fast, beta_slow))
+
+# %% ../../nbs/12_context_extension.ipynb #a41fc6b4
+@register_pe("llama3", examples=["llama3:s=8", "llama3:s=4:original_max_len=16:low_freq_factor=2:high_freq_factor=8"], options=[
+    Opt("s", float, 8.0, "scale factor: the context grows s-fold", lo=1, hi=1e6, example=4.0),
+    ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN,
+    Opt("low_freq_factor", float, 1.0, "pairs turning fewer than this many times in the training window are divided by s",
+        lo=0, hi=1e6, example=2.0),
+    Opt("high_freq_factor", float, 4.0, "pairs turning more than this many times keep their frequency (> low_freq_factor)",
+        lo=0, hi=1e6, lo_open=True, example=8.0)])
+def _llama3(ctx: PEContext, s: float = 8.0, base: float = 10000.0, frac: float = 1.0, original_max_len: Optional[int] = None,
+            low_freq_factor: float = 1.0, high_freq_factor: float = 4.0) -> PE:
+    "Llama 3.1 scaling: kept, blended (linear in turns) and divided bands; no attention factor."
+    r = rotary_dim(ctx.head_dim, frac)
+    inv = llama3_inv_freq(r, base, s, int(original_max_len or ctx.max_len), low_freq_factor, high_freq_factor)
+    return RoPE(ctx, base, frac, inv_freq=inv)
+
+
+@register_pe("longrope", examples=["longrope:s=8", "longrope:s=4:original_max_len=16", "longrope:s=4:attention_factor=1"],
+             options=[
+    Opt("s", float, 8.0, "target scale s (target length / original_max_len): sets the attention factor and the long set",
+        lo=1, hi=1e6, example=4.0),
+    ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN,
+    Opt("attention_factor", float, None, "cos/sin multiplier (unset: √(1 + ln s / ln original_max_len))", lo=0,
+        hi=1e3, lo_open=True, example=1.0)])
+def _longrope(ctx: PEContext, s: float = 8.0, base: float = 10000.0, frac: float = 1.0, original_max_len: Optional[int] = None,
+              attention_factor: Optional[float] = None) -> PE:
+    "LongRoPE at its search seed: short set all 1, long set the NTK-by-parts factors for s (searched sets: `LongRoPE`)."
+    r = rotary_dim(ctx.head_dim, frac)
+    L = int(original_max_len or ctx.max_len)
+    lam_long = rope_inv_freq(r, base) / ntk_by_parts_inv_freq(r, base, s, L)
+    lam_short = torch.ones(r // 2, dtype=torch.float64)
+    return LongRoPE(ctx, s, lam_short, lam_long, base, frac, L, attention_factor)
+
+# %% ../../nbs/12_context_extension.ipynb #2f1118bd
 @register_pe("dynamic_linear", examples=["dynamic_linear", "dynamic_linear:original_max_len=16"],
              options=[ROPE_BASE, ROPE_FRAC, ROPE_ORIGINAL_MAX_LEN])
 def _dynamic_linear(ctx: PEContext, base: float = 10000.0, frac: float = 1.0, original_max_len: Optional[int] = None) -> PE:
