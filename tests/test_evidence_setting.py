@@ -41,7 +41,7 @@ def test_transformer_xl_row_reads_as_a_sentence():
     assert "another encoding's (no windowed" not in row.why and ") windowed model" not in row.why
 
 
-FLAT_ROWS = ("DAPE-Kerple below Kerple", "f(QKᵀ,B) below f(B)", "KERPLE-log below its windowed model")
+FLAT_ROWS = ("f(QKᵀ,B) below f(B)", "f(B) below the bare bias")          # 16×: no encoding passes the context-use control
 
 
 def test_remedy_rows_carry_the_measured_flat_bias_note_and_keep_their_verdicts():
@@ -53,6 +53,8 @@ def test_remedy_rows_carry_the_measured_flat_bias_note_and_keep_their_verdicts()
         assert f"×{min(g.values()):.3f}–×{max(g.values()):.3f} over seeds 0–4" in row.setting
         assert f"**{row.verdict}**¹:" in E.ledger_table([row]) and f"\n¹ {row.setting}" in E.ledger_table([row])
         assert (row.verdict, row.interval, row.seeds) == (bare.verdict, bare.interval, bare.seeds)
+    for text in ("DAPE-Kerple below Kerple", "KERPLE-log below its windowed model"):   # 8×: the control passes / the control's own question
+        assert E.ledger(RECS, [claim(text)])[0].setting == ""
     assert E.ledger(RECS, [claim("DAPE-Kerple below Kerple")])[0].verdict == "not reproduced"
 
 

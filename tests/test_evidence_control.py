@@ -1,0 +1,63 @@
+"""lengthx.evidence: a row read on growth is testable by the setting's positive control, not by its own result."""
+import dataclasses
+
+from lengthx import evidence as E
+
+L, N = 64, 8
+WIN = E.WINDOW_YARDSTICK.format(L=L)
+
+
+def rec(growths: dict[str, list[float]]) -> dict:
+    "One synthetic CPU result file: each spec's growth to N·L per seed (perplexity 2.0 at L)."
+    rows = {f"{spec}|seed={n}": {"spec": spec, "seed": n, "ppl": {E.SAME_TARGETS: {L: 2.0, N * L: 2.0 * g}}}
+            for spec, gs in growths.items() for n, g in enumerate(gs)}
+    return {"unit": "main", "preset": "cpu", "file": "main_cpu.json", "provenance": {"device": "cpu"},
+            "settings": {"train_len": L}, "result": {"rows": rows}}
+
+
+FLAT = [1.00, 1.01, 0.99, 1.00, 1.01]
+WINDOW = [1.00, 1.00, 1.00, 1.00, 1.00]
+BELOW = [0.95, 0.96, 0.94, 0.95, 0.96]                       # a third encoding that uses context beyond L
+CLAIM = E.Claim("X", "a table", "alibi below kerple_log at 8×", "alibi", "kerple_log", "growth", N, "<", 0.9, 1.0, "made up")
+
+
+def test_a_third_encoding_below_the_window_makes_a_flat_row_testable():
+    recs = [rec({"alibi": FLAT, "kerple_log": FLAT, WIN: WINDOW, "transformer_xl": BELOW})]
+    assert set(E.context_use_control(N, L, recs)) == {"transformer_xl"}
+    for m in ("alibi", "kerple_log"): assert E.side(E.growth_vs_window(m, L, N, recs)) == "≈"   # both of the row's models flat
+    assert E.window_setting(CLAIM, L, recs) == ""
+
+
+def test_no_encoding_below_the_window_gives_the_note_with_the_claims_intervals():
+    recs = [rec({"alibi": FLAT, "kerple_log": FLAT, WIN: WINDOW, "transformer_xl": FLAT})]
+    assert E.context_use_control(N, L, recs) == {}
+    note = E.window_setting(CLAIM, L, recs)
+    assert f"at {N}×, no committed encoding's growth is told apart below" in note and "(3 encodings read)" in note
+    for m in ("alibi", "kerple_log"): assert f"`{m}` {E._iv(E.growth_vs_window(m, L, N, recs))}" in note
+
+
+def test_the_note_depends_on_the_control_not_on_the_row():
+    "The same two flat models: only the third encoding's growth changes, and with it the note."
+    with_c = [rec({"alibi": FLAT, "kerple_log": FLAT, WIN: WINDOW, "rope": BELOW})]
+    without = [rec({"alibi": FLAT, "kerple_log": FLAT, WIN: WINDOW, "rope": FLAT})]
+    assert (E.window_setting(CLAIM, L, with_c), bool(E.window_setting(CLAIM, L, without))) == ("", True)
+
+
+def test_a_claim_against_the_yardstick_never_gets_the_window_note():
+    recs = [rec({"kerple_log": FLAT, WIN: WINDOW, "alibi": FLAT})]
+    c = dataclasses.replace(CLAIM, claim="KERPLE-log below its windowed model", a="kerple_log", b=E.WINDOW_YARDSTICK)
+    assert E.context_use_control(N, L, recs) == {} and E.window_setting(c, L, recs) == ""
+
+
+def test_committed_ledger_follows_the_control():
+    rows = {r.claim: r for r in E.ledger()}
+    assert "ln(g/g_window)" not in rows["KERPLE-log below its windowed model at 8×"].setting
+    assert "ln(g/g_window)" not in rows["DAPE-Kerple below Kerple at 8×"].setting                 # 8×: a control passes
+    assert "ln(g/g_window)" in rows["KERPLE-log below ALiBi at 16×"].setting                      # 16×: none does
+
+
+def test_the_bare_bias_text_names_every_source_and_their_disagreement():
+    assert E.PAPER_BIAS_GROWTH["KERPLE Table 3 (ArXiv), 512 → 8192"] == (6.07, 5.01)
+    t = E.paper_bias_text()
+    assert "×0.83 in KERPLE Table 3" in t and "×2.00 in DAPE Table 7" in t and "the sources disagree" in t
+    assert "last 256 tokens" in t and "non-overlapping chunks" in t
