@@ -492,16 +492,18 @@ def committed_specs(recs: Optional[Sequence[dict]] = None, preset: str = "cpu") 
     return list(seen)
 
 
-def context_use_control(factor: int, L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu") -> dict[str, tuple]:
-    "The setting's positive control at factor×: each committed encoding whose ln(g/g_window) interval lies wholly below 0, with it."
+def context_use_control(factor: int, L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu",
+                        direction: str = "<") -> dict[str, tuple]:
+    "The setting's positive control at factor×: each committed encoding whose ln(g/g_window) interval lies wholly below 0 (`direction` '>': above), with it."
     ivs = {m: growth_vs_window(m, L, factor, recs, preset) for m in committed_specs(recs, preset)}
-    return {m: iv for m, iv in ivs.items() if iv is not None and side(iv) == "<"}
+    return {m: iv for m, iv in ivs.items() if iv is not None and side(iv) == direction}
 
 
 def window_setting(c: "Claim", L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu") -> str:
     "The generated note of a claim read on growth: '' when the setting's control at the claim's factor passes, or the claim is against the yardstick itself."
     win = WINDOW_YARDSTICK.format(L=L)
-    if c.b.format(L=L) == win or context_use_control(c.factor, L, recs, preset): return ""
+    # a claim that a grows MORE (a degrades) needs a setting that can show degradation: some encoding above the window
+    if c.b.format(L=L) == win or context_use_control(c.factor, L, recs, preset, ">" if c.expect == ">" else "<"): return ""
     ivs = {m: growth_vs_window(m, L, c.factor, recs, preset) for m in (c.a, c.b)}
     read = sum(iv is not None for iv in (growth_vs_window(m, L, c.factor, recs, preset) for m in committed_specs(recs, preset)))
     bare = bare_bias_text(L, recs, preset, c.factor) if c.b.endswith("kerple_log") else ""

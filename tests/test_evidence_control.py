@@ -61,3 +61,21 @@ def test_the_bare_bias_text_names_every_source_and_their_disagreement():
     t = E.paper_bias_text()
     assert "×0.83 in KERPLE Table 3" in t and "×2.00 in DAPE Table 7" in t and "the sources disagree" in t
     assert "last 256 tokens" in t and "non-overlapping chunks" in t
+
+
+ABOVE = [1.30, 1.35, 1.28, 1.32, 1.31]                       # a third encoding that degrades past L
+
+
+def test_a_degradation_claim_is_tested_by_a_degrading_control_not_by_context_use():
+    "'a grows more than b' needs a setting where some model degrades, not one where some model uses far context."
+    more = dataclasses.replace(CLAIM, claim="alibi grows more than kerple_log", expect=">")
+    degrading = [rec({"alibi": FLAT, "kerple_log": FLAT, WIN: WINDOW, "rope": ABOVE})]
+    assert E.context_use_control(N, L, degrading) == {} and set(E.context_use_control(N, L, degrading, direction=">")) == {"rope"}
+    assert E.window_setting(more, L, degrading) == ""                    # degradation is visible here: testable
+    assert E.window_setting(CLAIM, L, degrading) != ""                   # far-context use is not: the '<' claim gets the note
+    flat = [rec({"alibi": FLAT, "kerple_log": FLAT, WIN: WINDOW, "rope": FLAT})]
+    assert "no committed encoding" in E.window_setting(more, L, flat)
+
+
+def test_committed_cope_row_is_testable():
+    assert {r.claim: r for r in E.ledger()}["CoPE degrades: grows more than DAPE-Kerple to 16×"].testable
