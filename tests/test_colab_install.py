@@ -94,8 +94,8 @@ def test_colab_install_cell_installs_the_package_and_the_chapter_starts(tmp_path
     run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(clone)], tmp_path, env, left())
     run([sys.executable, "-m", "venv", str(venv)], tmp_path, env, left())
     py = str(venv / "bin" / "python")
-    # what a Colab runtime already has (torch, numpy, matplotlib, tqdm); --no-compile: setup time only
-    run([py, "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0", "numpy", "matplotlib", "tqdm"], work, env, left())
+    # what a Colab runtime already has (torch, numpy, matplotlib, tqdm, IPython); --no-compile: setup time only
+    run([py, "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0", "numpy", "matplotlib", "tqdm", "ipython"], work, env, left())
 
     nb = clone / "nbs" / CHAPTER                           # the committed chapter, as Colab would open it
     c = cfg()

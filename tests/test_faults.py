@@ -8,6 +8,7 @@ import contextlib
 import errno
 import io
 import json
+import math
 import os
 import random
 import shutil
@@ -37,6 +38,9 @@ def weights(model): return {n: p.detach().clone() for n, p in model.named_parame
 
 
 def same(a, b): return a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
+
+
+def close(a, b): return a.keys() == b.keys() and all(torch.allclose(a[n], b[n], rtol=1e-5, atol=1e-7) for n in a)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +109,12 @@ def test_sigkill_at_a_random_step_then_death_inside_a_save(reference, tmp_path, 
     resumed = at if n == 4 else at - EVERY             # the state file is the commit point of a save
     assert any(x.startswith(f"resuming from step {resumed} of {STEPS}") for x in msgs), msgs
     assert not list(run.glob(".*.tmp"))
-    assert same(weights(m), reference[STEPS][0]) and [r["loss"] for r in h] == reference[STEPS][1]
+    # the same weights and losses as the uninterrupted run, to MKL's last bit: its CPU GEMM may round the last bit
+    # differently for the same numbers at another memory alignment (steps resumed from a file land elsewhere), which
+    # was seen here as 1-ulp loss differences at a few steps; a wrong resume (step, learning rate, data position,
+    # random state) moves them by orders of magnitude more
+    assert close(weights(m), reference[STEPS][0])
+    assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip([r["loss"] for r in h], reference[STEPS][1], strict=True))
     assert [json.loads(l)["step"] for l in (run / T.METRICS).read_text().splitlines()] == list(range(1, STEPS + 1))
     with capsys.disabled():
         print(f"\n[fault seed {seed}] SIGKILL after step {done} (aimed at {kill_at}): resumed from checkpoint "
