@@ -44,7 +44,8 @@ def fox_score_mod(c: Tensor, inner: Optional[Callable]) -> Callable:
     "FlexAttention score_mod for FoX: c at the query minus c at the key (c [B, H, T]), after the inner one; no T×T tensor."
     def mod(s, b, h, qi, ki):
         if inner is not None: s = inner(s, b, h, qi, ki)
-        return s + (c[b, h, qi] - c[b, h, ki]).to(s.dtype)
+        d = c[b, h, qi] - c[b, h, ki]
+        return s + torch.where(d <= 0, d, -d).to(s.dtype)   # −|c_i − c_j|: the gates between i and j, either side
     return mod
 
 # %% ../../nbs/44_successors.ipynb #dc9ecbb7
@@ -65,10 +66,11 @@ class FoX(WrappedPE):
         return replace(pos, gate=rearrange(self.log_forget(x, layer).cumsum(-1), "b h t -> b t h"))
 
     def bias(self, pos_q: Positions, pos_k: Positions, layer: int = 0) -> Tensor:
-        "D_ij = c_i − c_j (plus the inner PE's bias): [B, H, Tq, Tk]."
+        "D_ij = −|c_i − c_j| (= c_i − c_j for j ≤ i; plus the inner PE's bias): [B, H, Tq, Tk]."
         if pos_q.gate is None or pos_k.gate is None:
             raise ValueError(f"{self.spec!r} reads each layer's forget gates: pass the positions through pe.gate(x, pos, layer) first")
         d = rearrange(pos_q.gate, "b q h -> b h q 1") - rearrange(pos_k.gate, "b k h -> b h 1 k")
+        d = torch.where(d <= 0, d, -d)   # c falls along the sequence: a key after the query (an encoder) forgets the gates between too
         if not self.inner.uses_bias: return d
         inner = self.inner.bias(pos_q, pos_k, layer)
         return d + (inner[None] if inner.dim() == 3 else inner).to(d.dtype)
