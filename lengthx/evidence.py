@@ -35,7 +35,7 @@ __all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES
            'experiment_files', 'reads_line', 'reads', 'claims_about', 'chapter_ledger']
 
 # %% ../nbs/57_evidence.ipynb #d5c5209f
-LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape", "successors")        # units whose rows are trained language models, `spec|seed=N`
+LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape", "successors", "current", "path")   # units whose rows are trained language models, `spec|seed=N`
 SAME_TARGETS = "last_k_common"                            # the protocol that scores the same bytes at every length
 SEED_FREE = ("seed", "seeds", "specs", "windowed")        # settings that may differ between files of one experiment
 
