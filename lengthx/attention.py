@@ -717,6 +717,7 @@ class PEFamily:
     wraps: bool = False       # takes an inner spec after its options
     doc: str = ""
     options: tuple = ()       # Opt declarations, one per keyword argument of the builder
+    inner_default: Optional[str] = None   # a wrapping family's inner when the spec names none (`fox` = `fox:nope`)
 
     def option(self, key: str) -> Optional[Opt]:
         "The declared option called `key`, or None."
@@ -740,13 +741,16 @@ def _check_declaration(name: str, builder: Callable, options: tuple, wraps: bool
                                                    f"{o.default!r} but the builder's is {p.default!r}")
 
 
-def register_pe(name: str, *, options: tuple = (), examples: Optional[list] = None, wraps: bool = False, doc: str = ""):
-    "Decorator registering `builder(ctx, [inner,] **options) -> PE` under the family `name`, with its `Opt` declarations."
+def register_pe(name: str, *, options: tuple = (), examples: Optional[list] = None, wraps: bool = False, doc: str = "",
+                inner_default: Optional[str] = None):
+    "Decorator registering `builder(ctx, [inner,] **options) -> PE` under the family `name`, with its `Opt` declarations; `inner_default`: the inner spec a wrapping family builds when a spec names none."
     def deco(builder):
         opts = tuple(options)
+        if inner_default is not None and not wraps:
+            raise TypeError(f"register_pe({name!r}): inner_default={inner_default!r} needs wraps=True")
         _check_declaration(name, builder, opts, wraps)
         _REGISTRY[name] = PEFamily(name, builder, list(examples or [name]), wraps,
-                                   doc or (builder.__doc__ or "").strip(), opts)
+                                   doc or (builder.__doc__ or "").strip(), opts, inner_default)
         return builder
     return deco
 
@@ -789,7 +793,8 @@ def unknown_pe_error(name: str) -> ValueError:
     "A clear error for an unknown family, listing the closest and all known names."
     close = difflib.get_close_matches(name, list(_REGISTRY), n=3, cutoff=0.4)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return ValueError(f"unknown positional encoding {name!r}.{hint} Known: {', '.join(sorted(_REGISTRY))}")
+    return ValueError(f"unknown positional encoding {name!r}.{hint} Known: {', '.join(sorted(_REGISTRY))} "
+                      f"(a spec is family[:key=value]...[:inner spec], e.g. dape:kerple_log, fox:rope)")
 
 
 def _unknown_option(fam: PEFamily, key: str) -> str:
@@ -816,7 +821,7 @@ def _split(spec: str, whole: str) -> tuple[str, dict, Optional[str]]:
     for k, v in raw.items():
         try: opts[k] = fam.option(k).convert(v)
         except ValueError as e: raise _spec_error(whole, f"{name} option {k!r} {e}") from None
-    inner = ":".join(parts[i:]) if i < len(parts) else None
+    inner = ":".join(parts[i:]) if i < len(parts) else fam.inner_default   # `fox` is `fox:nope`
     if fam.wraps and inner is None: raise _spec_error(whole, f"{name!r} wraps another PE: write e.g. {fam.examples[0]!r}")
     if not fam.wraps and inner is not None:
         raise _spec_error(whole, f"{name!r} takes options key=value, not an inner spec {inner!r}")
@@ -824,7 +829,7 @@ def _split(spec: str, whole: str) -> tuple[str, dict, Optional[str]]:
 
 
 def parse_spec(spec: str) -> tuple[str, dict, Optional[str]]:
-    "Check `family:k=v:...:inner-spec` at every level; return (family, its typed options, inner spec or None)."
+    "Check `family:k=v:...:inner-spec` at every level; return (family, its typed options, inner spec (a family's default when omitted) or None)."
     _load_families()
     if not isinstance(spec, str) or not spec.strip(): raise _spec_error(spec, "a PE spec must be a non-empty string")
     name, opts, inner = _split(spec, spec)
@@ -885,9 +890,11 @@ def _family(name: str) -> PEFamily:
 def pe_help(name: str) -> str:
     "Help for one PE family (`lengthx --help-pe NAME`): what it is, its spec form, its options, examples."
     fam = _family(name)
-    form = f"{fam.name}[:option=value]..." + (":<inner spec>" if fam.wraps else "")
-    lines = [f"{fam.name}: {fam.doc}", "", f"spec: {form}"]
-    if fam.wraps: lines.append("  the inner spec names the PE this one wraps (any registered PE)")
+    inner = "" if not fam.wraps else "[:<inner spec>]" if fam.inner_default else ":<inner spec>"
+    lines = [f"{fam.name}: {fam.doc}", "", f"spec: {fam.name}[:option=value]...{inner}"]
+    if fam.wraps: lines.append("  the inner spec names the PE this one wraps"
+                               + (f"; without one it wraps {fam.inner_default} ({fam.name} = {fam.name}:{fam.inner_default})"
+                                  if fam.inner_default else " (any registered PE)"))
     if fam.options:
         rows = [("option", "type", "default", "allowed", "meaning")]
         rows += [(o.name, o.type.__name__, _default_text(o), o.range_text() or "any", o.doc) for o in fam.options]
@@ -906,7 +913,7 @@ def pe_options_markdown() -> str:
     rows = ["| PE | option | type | default | allowed | meaning |", "|---|---|---|---|---|---|"]
     for name in sorted(_REGISTRY):
         fam = _REGISTRY[name]
-        label = f"`{name}`" + (" (wraps a PE)" if fam.wraps else "")
+        label = f"`{name}`" + ((f" (wraps a PE, `{fam.inner_default}` if none)" if fam.inner_default else " (wraps a PE)") if fam.wraps else "")
         if not fam.options: rows.append(f"| {label} | — | | | | no options |")
         for i, o in enumerate(fam.options):
             cells = [label if i == 0 else "", f"`{o.name}`", o.type.__name__, md(_default_text(o)), md(o.range_text()), md(o.doc)]

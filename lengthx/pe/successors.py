@@ -53,6 +53,10 @@ class FoX(WrappedPE):
     "The Forgetting Transformer: per layer and head a forget gate f_t = σ(w·x_t + b) from the layer input; logits + c_i − c_j, c = Σ log f."
     def __init__(self, ctx: PEContext, inner: PE):
         super().__init__(ctx, inner)
+        why = ("its weights are not a softmax (write sink:fox for a sink)" if inner.uses_normalize else
+               "it refines the biased logits, so FoX's term would enter its refinement (put FoX inside it, e.g. dape:fox:kerple_log)"
+               if inner.uses_refine else "it reads gates of its own, which FoX's would replace" if inner.uses_gate else None)
+        if why: raise ValueError(f"fox cannot wrap {inner.spec!r}: {why}")
         self.gate_w = nn.Parameter(0.02 * torch.randn(ctx.n_layers, ctx.n_heads, ctx.d_model))   # official fgate_proj: N(0, 0.02²)
         self.gate_b = nn.Parameter(torch.zeros(ctx.n_layers, ctx.n_heads))                      # and bias 0
 
@@ -84,10 +88,10 @@ class FoX(WrappedPE):
     def bias_per_layer(self) -> bool: return True   # each layer has its own gates
 
 
-@register_pe("fox", examples=["fox"])
-def _fox(ctx: PEContext) -> PE:
-    "The Forgetting Transformer (Lin et al., 2025): a data-dependent forget gate per token and head, ALiBi whose slope each token writes."
-    return FoX(ctx, PE(ctx))
+@register_pe("fox", wraps=True, inner_default="nope", examples=["fox", "fox:rope", "fox:alibi", "fox:kerple_log"])
+def _fox(ctx: PEContext, inner: PE) -> PE:
+    "The Forgetting Transformer (Lin et al., 2025): a data-dependent forget gate per token and head, ALiBi whose slope each token writes; around NoPE unless a spec names another PE (fox:rope)."
+    return FoX(ctx, inner)
 
 # %% ../../nbs/44_successors.ipynb #2450c153
 def stick_breaking_weights(q: Tensor, k: Tensor, attend_current: bool = False) -> Tensor:
