@@ -140,8 +140,9 @@ for _b, _new in (("smoke", ["fox", "stickbreak"]), ("cpu", NEW_DESIGNS)):   # th
     _u = UNIT[_b]
     _u["che_current"] = {**_u["che"], "pes": ["fox"] if _b == "smoke" else CHE_CURRENT}
     _u["recall_current"] = {**_u["recall"], "pes": _new}
+    _ref = ["nope", "rope", "alibi"]   # measured in the same run: a ratio to NoPE is side by side, never across runs
     _u["cost_current"] = {**{k: v for k, v in _u["cost"].items() if k != "attention"},
-                          "model": {**_u["cost"]["model"], "pes": _new}, "long": {**_u["cost"]["long"], "pes": _new}}
+                          "model": {**_u["cost"]["model"], "pes": _ref + _new}, "long": {**_u["cost"]["long"], "pes": _ref + _new}}
 UNIT["colab"] = {**UNIT["cpu"], "sweep": dict(pes="default", budget="colab", protocol=dict(n_windows=256)),
                  # one GPU: the forward and training step as on the CPU, plus DAPE's 350M timing (bf16, batch 1, T = 512)
                  "dape_fast": dict(reps=5, threads=2, peak_len=8192, shape="small", forward=[2048, 1], train=[512, 8],
