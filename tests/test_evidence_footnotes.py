@@ -18,8 +18,8 @@ def test_setting_notes_become_numbered_marks_with_the_notes_under_the_table():
     rows, foot = t.split("\n\n", 1)
     lines = rows.splitlines()
     assert all(line.count("|") == 6 for line in lines)                   # still five columns
-    assert "**reproduced**¹:" in lines[2] and "**reproduced**:" in lines[3] and "**reproduced**²:" in lines[4]
-    assert "**reproduced**¹:" in lines[5]                                # a shared note keeps its number
+    assert "**reproduced** (**cannot test here**¹):" in lines[2] and "**reproduced**:" in lines[3] and "**reproduced** (**cannot test here**²):" in lines[4]
+    assert "**reproduced** (**cannot test here**¹):" in lines[5]                                # a shared note keeps its number
     assert "book's setting" not in rows                                  # the note text is no longer in the cell
     assert foot.split("\n\n") == [f"¹ {NOTE_A}", f"² {NOTE_B}"]   # each note once, same text
 
