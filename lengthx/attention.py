@@ -29,7 +29,7 @@ __all__ = ['PATHS', 'CHUNK_AUTO_LEN', 'CHUNK_INFER_LEN', 'CHUNK_TRAIN_LEN', 'MAX
 # %% ../nbs/01_attention.ipynb #8cada530
 @dataclass
 class Positions:
-    "Positions of a batch of tokens: absolute `token` positions and optional BiPE `segment`/`intra` indices, each [B, T]; a layer's cumulative `gate` [B, T, H] (FoX)."
+    "Positions of a batch of tokens: absolute `token` positions and optional BiPE `segment`/`intra` indices, each [B, T]; a layer's `gate` read from its input, [B, T, H] (FoX's cumulative log gate) or [B, T, H, Dh] (PaTH's Householder vectors)."
     token: Tensor
     segment: Optional[Tensor] = None
     intra: Optional[Tensor] = None

@@ -218,7 +218,7 @@ def _estimate_inputs(model_or_cfg, length: int, batch: int, path: str, device, t
 # What a PE's `logits` (and `value`) hooks hold at their peak beyond QKᵀ and the weights: (score maps [B, H, Tq, Tk],
 # bias-sized maps [H, Tq, Tk]), read from the chapters' implementations and checked against measured peaks in
 # tests/test_memory_plan.py; a family not listed: two score maps
-_LOGITS_MAPS = {"cope": (8.0, 0.0), "rerope": (3.5, 0.0), "self_extend": (3.5, 0.0), "shaw": (1.0, 0.0),
+_LOGITS_MAPS = {"cope": (8.0, 0.0), "rerope": (3.5, 0.0), "self_extend": (3.5, 0.0), "shaw": (1.0, 0.0), "path": (0.25, 0.0),
                 "kerple_biaswt": (0.0, 1.25)}
 
 
@@ -556,7 +556,7 @@ PE_STYLE = {   # family -> (colour, marker): a colour per group of related metho
     "kerple_3log": ("green", "D"), "kerple_biaswt": ("green", "v"),
     "fire": ("orange", "o"), "t5": ("wine", "o"), "shaw": ("crimson", "s"), "transformer_xl": ("violet", "^"),
     "dape": ("pink", "o"), "dape_fb": ("pink", "s"), "cdape": ("purple", "o"),
-    "cope": ("indigo", "o"), "bipe": ("indigo", "s"), "stickbreak": ("indigo", "^"),
+    "cope": ("indigo", "o"), "bipe": ("indigo", "s"), "stickbreak": ("indigo", "^"), "path": ("blue", "X"),
 }
 PE_OPTION_STYLE = {   # (family, option) -> (colour, marker): an option that names a method of its own (chapter 12)
     ("rope", "pi"): ("brown", "o"), ("rope", "ntk"): ("gold", "s"), ("rope", "dynamic"): ("magenta", "^"),

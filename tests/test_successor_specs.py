@@ -1,8 +1,8 @@
-"""The trainable successors of chapter 44 (`fox`, `stickbreak`, `sink:<inner>`) against formulas written out here.
+"""The trainable successors of chapter 44 (`fox`, `stickbreak`, `sink:<inner>`, `path`) against formulas written out here.
 
 Each reference below is computed from the module's own parameters by an independent loop or a plain softmax,
-so a flipped gate sign, a cumulative sum off by one, a sink missing from the denominator or stick-breaking
-without its product each fail a test.
+so a flipped gate sign, a cumulative sum off by one, a sink missing from the denominator, stick-breaking
+without its product, or PaTH's maps in the wrong order, one token off, or from another layer's weights each fail a test.
 """
 import math
 
@@ -207,7 +207,7 @@ def test_sink_starts_as_gpt_oss_and_refuses_a_non_softmax_inner():
 
 # ---- paths, errors, checkpoints ------------------------------------------------------------------
 
-@pytest.mark.parametrize("spec", ["stickbreak", "sink:nope", "sink:rope", "sink:fox"])
+@pytest.mark.parametrize("spec", ["stickbreak", "sink:nope", "sink:rope", "sink:fox", "path"])
 def test_fused_paths_refuse_a_normaliser_in_one_line_and_are_never_picked(spec):
     pe = build_pe(spec, n_heads=H, head_dim=D, d_model=DM)
     q, k, v = qkv()
@@ -229,12 +229,12 @@ def test_fox_is_chunked_at_long_lengths_on_a_cpu():
     assert pick_path(pe, 64, torch.device("cuda")) == "flex"
 
 
-@pytest.mark.parametrize("spec", ["fox", "stickbreak", "sink:nope"])
+@pytest.mark.parametrize("spec", ["fox", "stickbreak", "sink:nope", "path"])
 def test_check_spec_runs_the_successors(spec):
     check_spec(spec, n_heads=H, head_dim=D, d_model=DM)
 
 
-@pytest.mark.parametrize("spec", ["fox", "sink:rope"])
+@pytest.mark.parametrize("spec", ["fox", "sink:rope", "path"])
 def test_trained_gates_and_sinks_save_and_load(spec, tmp_path):
     torch.manual_seed(0)
     tokens = torch.randint(0, 256, (4000,))
@@ -243,17 +243,18 @@ def test_trained_gates_and_sinks_save_and_load(spec, tmp_path):
                  tokens=tokens, run_dir=tmp_path / "run", progress=False, log=lambda s: None)
     seed_everything(0)                                                            # as `train` seeds before it builds
     fresh = GPT(cfg)
-    name = "gate_w" if spec == "fox" else "sink"
-    trained = dict(m.pe.named_parameters())[name]
-    assert not torch.equal(trained, dict(fresh.pe.named_parameters())[name])     # training moved it
+    names = {"fox": ["gate_w"], "sink:rope": ["sink"], "path": ["w_down", "w_up", "w_conv", "beta_w", "beta_b"]}[spec]
     back = load_model(tmp_path / "run")
-    assert torch.equal(dict(back.pe.named_parameters())[name], trained)
+    for name in names:
+        trained = dict(m.pe.named_parameters())[name]
+        assert not torch.equal(trained, dict(fresh.pe.named_parameters())[name]), name   # training moved it
+        assert torch.equal(dict(back.pe.named_parameters())[name], trained), name
     idx = torch.randint(0, 256, (1, 16))
     with torch.no_grad():
         assert torch.allclose(back(idx), m.eval()(idx), atol=1e-6)
 
 
-@pytest.mark.parametrize("spec", ["fox", "stickbreak", "sink:rope"])
+@pytest.mark.parametrize("spec", ["fox", "stickbreak", "sink:rope", "path"])
 def test_chunked_never_builds_a_t_by_t_map(spec):
     "At a long length the chunked path holds one block of queries' maps at a time: no tensor as large as [B, H, T, T]."
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -275,3 +276,151 @@ def test_chunked_never_builds_a_t_by_t_map(spec):
     with torch.no_grad(), Largest() as seen:
         attention(q, k, v, pe, pos, path="chunked", block=blk)
     assert seen.most <= 2 * h * blk * L < h * L * L, (spec, seen.most)
+
+
+# ---- PaTH ----------------------------------------------------------------------------------------
+
+def random_path(seed=1):
+    "A `path` PE whose maps are far from the identity: strengths spread over (0, 2), directions that vary per token."
+    torch.manual_seed(seed)
+    pe = build_pe("path", n_heads=H, head_dim=D, d_model=DM, n_layers=2)
+    with torch.no_grad():
+        pe.beta_w.normal_(0, 0.3); pe.beta_b.normal_(0, 1.5); pe.w_conv.normal_(0, 0.5)
+    return pe
+
+
+def path_maps(pe, x, layer):
+    "H_t = I − β_t ŵ_t ŵ_tᵀ of every token and head, written out from the PE's parameters: [B, H, T, D, D] (float64)."
+    p = {n: t.detach().double() for n, t in pe.named_parameters()}
+    x = x.double()
+    w = x @ p["w_down"][layer].T @ p["w_up"][layer].T                        # [B, T, H·D], the low-rank projection
+    taps = p["w_conv"][layer]                                                  # [H·D, K]; tap K−1 reads the token itself
+    K = taps.shape[-1]
+    conv = torch.zeros_like(w)
+    for t in range(w.shape[1]):
+        for s in range(K):
+            if t - (K - 1) + s >= 0: conv[:, t] += taps[:, s] * w[:, t - (K - 1) + s]
+    w = (conv * torch.sigmoid(conv)).view(x.shape[0], x.shape[1], H, D)     # SiLU
+    w = w / w.norm(dim=-1, keepdim=True)
+    beta = 2 * torch.sigmoid(torch.einsum("btd,hd->bth", x, p["beta_w"][layer]) + p["beta_b"][layer])
+    maps = torch.eye(D, dtype=torch.float64) - beta[..., None, None] * w[..., :, None] * w[..., None, :]
+    return maps.permute(0, 2, 1, 3, 4)
+
+
+def path_loop_logits(q, k, maps, causal=True):
+    "s_ij = q_iᵀ H_i ⋯ H_{j+1} k_j / √d, carrying key j forward one token at a time; without a causal mask, for j > i,"
+    "q_iᵀ H_{i+1} ⋯ H_j k_j (key j carried back, H_j first). −inf where masked."
+    q, k = q.double(), k.double()
+    n = q.shape[-2]
+    s = torch.full((*q.shape[:-1], n), float("-inf"), dtype=torch.float64)
+    for j in range(n):
+        kj = k[..., j, :]
+        for i in range(j, n):
+            if i > j: kj = (maps[..., i, :, :] @ kj[..., None])[..., 0]
+            s[..., i, j] = (q[..., i, :] * kj).sum(-1) / math.sqrt(D)
+        kj = k[..., j, :]
+        for i in range(j - 1, -1, -1) if not causal else ():
+            kj = (maps[..., i + 1, :, :] @ kj[..., None])[..., 0]
+            s[..., i, j] = (q[..., i, :] * kj).sum(-1) / math.sqrt(D)
+    return s
+
+
+def test_path_logits_are_the_loop_in_each_layer():
+    pe, x = random_path(), torch.randn(B, T, DM)
+    q, k, _ = qkv()
+    for layer in (0, 1):
+        pos = pe.gate(x, Positions.arange(B, T), layer)
+        ref = path_loop_logits(q, k, path_maps(pe, x, layer))
+        with torch.no_grad():
+            got = pe.logits(q, k, pos, pos, 1 / math.sqrt(D), layer).double()
+        seen = causal_mask(T, T)
+        assert torch.allclose(got[..., seen], ref[..., seen], atol=1e-5), layer
+        assert (got[..., seen] - (q @ k.transpose(-1, -2))[..., seen].double() / math.sqrt(D)).abs().max() > 0.1   # far from NoPE
+
+
+@pytest.mark.parametrize("path", ["naive", "chunked"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_path_attention_on_both_paths_equals_the_loop(path, causal):
+    "Causal, and without a mask (keys after the query through the maps between them, the other way round)."
+    pe, x = random_path(), torch.randn(B, T, DM)
+    q, k, v = qkv()
+    pos = pe.gate(x, Positions.arange(B, T), 1)
+    ref = path_loop_logits(q, k, path_maps(pe, x, 1), causal).softmax(-1) @ v.double()
+    with torch.no_grad():
+        out = attention(q, k, v, pe, pos, layer=1, path=path, block=5, causal=causal)
+    assert torch.allclose(out.double(), ref, atol=1e-5)
+
+
+def test_path_strength_zero_is_nope():
+    pe, x = random_path(), torch.randn(B, T, DM)
+    q, k, v = qkv()
+    pos = Positions.arange(B, T)
+    with torch.no_grad():
+        nope = attention(q, k, v, build_pe("nope", n_heads=H, head_dim=D), pos, path="naive")
+        assert not torch.allclose(attention(q, k, v, pe, pe.gate(x, pos), path="naive"), nope, atol=1e-3)
+        pe.beta_b.fill_(-80.0)                                                 # β = 2σ(−80 + …) ≈ 0: H = I
+        for path in ("naive", "chunked"):
+            assert torch.allclose(attention(q, k, v, pe, pe.gate(x, pos), path=path, block=5), nope, atol=1e-5), path
+
+
+def test_path_starts_as_the_official_code_and_needs_its_vectors():
+    pe = build_pe("path", n_heads=8, head_dim=16, d_model=128, n_layers=3)
+    shapes = {n: tuple(p.shape) for n, p in pe.named_parameters()}
+    assert shapes == {"w_down": (3, 32, 128), "w_up": (3, 128, 32), "w_conv": (3, 128, 3), "beta_w": (3, 8, 128), "beta_b": (3, 8)}
+    assert (pe.beta_b == 0).all() and all(abs(getattr(pe, n).std().item() - 0.02) < 0.003 for n in ("w_down", "w_up", "beta_w"))
+    v = pe.vectors(torch.randn(2, 5, 128))
+    beta = v.pow(2).sum(-1)                                                   # |v|² = β = 2σ(w·x) with w ~ N(0, 0.02²)
+    assert ((beta > 0.5) & (beta < 1.5)).all() and abs(beta.mean().item() - 1) < 0.05   # ≈ 1 at the start
+    pos = Positions.arange(2, 5)
+    with pytest.raises(ValueError, match=r"pe\.gate\(x, pos, layer\)") as e:
+        pe.logits(torch.randn(2, 8, 5, 16), torch.randn(2, 8, 5, 16), pos, pos, 0.25)
+    assert "\n" not in str(e.value)
+
+
+def test_path_model_reads_each_layers_input():
+    "The model equals a forward written out by hand: layer l's maps from ln1 of its own input, with layer l's weights."
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(n_layer=2, n_head=H, d_model=DM, pe="path", max_len=T)).eval()
+    with torch.no_grad():
+        m.pe.beta_w.normal_(0, 0.3); m.pe.beta_b.normal_(0, 1.5); m.pe.w_conv.normal_(0, 0.5)
+        idx = torch.randint(0, 256, (B, T))
+        x = m.tok(idx)
+        for l, blk in enumerate(m.blocks):
+            h = blk.ln1(x)
+            q, k, v = blk.attn.qkv(h).view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)
+            y = (path_loop_logits(q, k, path_maps(m.pe, h, l)).softmax(-1) @ v.double()).float()
+            x = x + blk.attn.proj(y.transpose(1, 2).reshape(B, T, DM))
+            x = x + blk.mlp(blk.ln2(x))
+        ref = m.head(m.ln_f(x))
+        for path in ("naive", "chunked"):
+            assert torch.allclose(m(idx, path=path), ref, atol=1e-4), path
+
+
+def test_path_chunked_gives_the_naive_forward_and_gradients():
+    "chunked (blocks of queries, recomputed in backward) trains every map parameter as the naive path does."
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(n_layer=2, n_head=H, d_model=DM, pe="path", max_len=64))
+    with torch.no_grad(): m.pe.beta_b.normal_(0, 1.5)
+    idx = torch.randint(0, 256, (1, 64))
+    losses, grads = {}, {}
+    for path in ("naive", "chunked"):
+        m.zero_grad()
+        losses[path] = m(idx, torch.roll(idx, -1, 1), path=path)[1]
+        losses[path].backward()
+        grads[path] = {n: p.grad.clone() for n, p in m.named_parameters()}
+    assert torch.allclose(losses["naive"], losses["chunked"], atol=1e-6)
+    for n, g in grads["naive"].items():
+        if n.startswith("pe."): assert g.abs().max() > 0, n
+        assert torch.allclose(g, grads["chunked"][n], atol=1e-6), n
+
+
+def test_path_training_reduces_the_loss():
+    "A few steps on a repeating text lower the loss, with finite gradients through the recursion into every map parameter."
+    torch.manual_seed(0)
+    tokens = torch.tensor(list(b"def f(x):\n    return x + 1\n" * 200))
+    cfg = GPTConfig(n_layer=2, n_head=H, d_model=DM, pe="path", max_len=32)
+    m, hist = train(cfg, TrainConfig(steps=40, batch_size=4, length=32, lr=1e-2, warmup=2, device="cpu", ckpt_every=0),
+                    tokens=tokens, progress=False, log=lambda s: None)
+    losses = [h["loss"] for h in hist if "loss" in h]
+    assert all(math.isfinite(l) for l in losses) and losses[-1] < 0.5 * losses[0], (losses[0], losses[-1])
+    assert all(torch.isfinite(p).all() for p in m.pe.parameters())
