@@ -33,7 +33,7 @@ from .tasks import che_tasks, evaluate_mod
 # %% auto #0
 __all__ = ['EXERCISES', 'KINDS', 'Fail', 'NotAttempted', 'Exercise', 'autograded', 'written', 'known', 'get', 'solution', 'check',
            'attend', 'sinusoidal', 'rope_rotate_half', 'layout_permutation', 'xpos_scale', 'ntk_inv_freq', 'alibi_bias',
-           'cpd_anchor_matrix', 'cpd_counterexample', 'fire_distance', 'randomized_positions', 'clip_bin_mass',
+           'cpd_anchor_matrix', 'log3_counterexample', 'fire_distance', 'randomized_positions', 'clip_bin_mass',
            'band_blocks', 'segment_positions', 'dape_logits', 'causal_key_conv', 'last_k_windows',
            'solve_modular_arithmetic', 'mqar_targets']
 
@@ -605,10 +605,10 @@ def cpd_anchor_matrix(K: Tensor) -> Tensor:
 
 
 def _ch21_counter(fn):
-    "for p > 2: points x and weights c with Σc = 0 and cᵀKc < 0, K = −|x_i − x_j|^p"
-    for p in (2.5, 3.0, 4.0):
-        what = f"p = {p}"
-        out = _call(fn, what, p)
+    "for r3 > 2 and several r1, r2 > 0: points x and weights c with Σc = 0 and cᵀKc < 0, K = −r1·log(1 + r2|x_i − x_j|^r3)"
+    for r1, r2, r3 in ((1.0, 0.5, 3.0), (2.0, 50.0, 3.0), (0.5, 1e3, 2.5), (1.0, 10.0, 4.0), (3.0, 2.0, 2.1)):
+        what = f"r1 = {r1}, r2 = {r2}, r3 = {r3}"
+        out = _call(fn, what, r1, r2, r3)
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise Fail(f"for {what} your function returned {_fmt(out)}; it should return the pair (x, c) of points and weights.")
         x, c = (_as_tensor(t, what).to(torch.float64).flatten() for t in out)
@@ -617,17 +617,22 @@ def _ch21_counter(fn):
         if abs(c.sum().item()) > 1e-9 * c.abs().sum().item():
             raise Fail(f"for {what}, c = {_fmt(c)} sums to {c.sum().item():.3g}, not 0: CPD only constrains sum-zero vectors, "
                        "so a counterexample must sum to zero.")
-        val = (c @ (-(x[:, None] - x[None]).abs() ** p) @ c).item()
-        if not val < -1e-9 * (1 + c.abs().max().item() ** 2 * (x.max() - x.min()).item() ** p):
-            raise Fail(f"for {what}, x = {_fmt(x)} and c = {_fmt(c)} give cᵀKc = {val:.4g}, which is not negative.")
+        K = -r1 * torch.log1p(r2 * (x[:, None] - x[None]).abs() ** r3)
+        val, scale = (c @ K @ c).item(), (c.abs()[:, None] * c.abs()[None] * K.abs()).sum().item()
+        if not val < -1e-9 * scale:
+            raise Fail(f"for {what}, x = {_fmt(x)} and c = {_fmt(c)} give cᵀKc = {val:.4g}, which is not negative beyond "
+                       f"round-off. The kernel behaves like −r1·r2·|x − y|^r3 only where r2·|x − y|^r3 is small: choose the "
+                       "spacing of the points from r2 and r3.")
 
 
-@autograded("21.2", "21_kerple", "A counterexample: −|x − y|^p is not CPD for p > 2",
-            "cpd_counterexample(p: float) -> tuple[Tensor[n], Tensor[n]]   # points x, sum-zero weights c",
+@autograded("21.2", "21_kerple", "A counterexample: the 3-parameter log kernel is not CPD for r₃ > 2",
+            "log3_counterexample(r1: float, r2: float, r3: float) -> tuple[Tensor[n], Tensor[n]]   # points x, sum-zero weights c",
             (_ch21_counter,), kind="derive")
-def cpd_counterexample(p: float) -> tuple[Tensor, Tensor]:
-    "x = (0, 1, 2), c = (1, −2, 1): cᵀKc = 2(4 − 2^p) = 8 − 2^(p+1) < 0 exactly when p > 2."
-    return torch.tensor([0.0, 1.0, 2.0]), torch.tensor([1.0, -2.0, 1.0])
+def log3_counterexample(r1: float, r2: float, r3: float) -> tuple[Tensor, Tensor]:
+    "x = (0, s, 2s), c = (1, −2, 1): cᵀKc = r1[8 log(1 + a) − 2 log(1 + 2^r3 a)] with a = r2 s^r3, < 0 for a = min(1, (2^r3 − 4)/12)."
+    a = min(1.0, (2.0 ** r3 - 4.0) / 12.0)          # (1 + a)^4 < 1 + 2^r3 a: 6a + 4a² + a³ ≤ 11a < 2^r3 − 4
+    s = (a / r2) ** (1.0 / r3)
+    return torch.tensor([0.0, s, 2 * s], dtype=torch.float64), torch.tensor([1.0, -2.0, 1.0], dtype=torch.float64)
 
 
 written("21.3", "21_kerple", "Predict where a learned power kernel's exponent settles, then train and read it", "experiment")

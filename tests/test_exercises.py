@@ -85,14 +85,19 @@ def perm_halves_swapped(d):
     return list(range(1, d, 2)) + list(range(0, d, 2))
 
 
-def counter_not_sum_zero(p):
+def counter_not_sum_zero(r1, r2, r3):
     "a vector that does not sum to zero (a PSD counterexample, not a CPD one)"
-    return torch.tensor([0.0, 1.0, 2.0]), torch.tensor([1.0, -1.0, 1.0])
+    return torch.tensor([0.0, 0.1, 0.2]), torch.tensor([1.0, -1.0, 1.0])
 
 
-def counter_two_points(p):
-    "two points: c = (1, −1) gives cᵀKc = 2|x₁ − x₂|^p > 0"
+def counter_two_points(r1, r2, r3):
+    "two points: c = (1, −1) gives cᵀKc = 2·r1·log(1 + r2|x₁ − x₂|^r3) > 0"
     return torch.tensor([0.0, 1.0]), torch.tensor([1.0, -1.0])
+
+
+def counter_unit_spacing(r1, r2, r3):
+    "the power kernel's answer {0, 1, 2}, (1, −2, 1): negative only while (1 + r2)^4 < 1 + 2^r3·r2, so it fails for large r2"
+    return torch.tensor([0.0, 1.0, 2.0]), torch.tensor([1.0, -2.0, 1.0])
 
 
 def xpos_i_not_2i(pos, dim, scale_base=512.0):
@@ -334,7 +339,7 @@ WRONG = {
     "12.1": [ntk_exponent_one, ntk_is_pi],
     "20.1": [alibi_wrong_sign, alibi_naive_slopes],
     "21.1": [anchor_first_no_corner, anchor_submatrix, anchor_one_side],
-    "21.2": [counter_not_sum_zero, counter_two_points],
+    "21.2": [counter_not_sum_zero, counter_two_points, counter_unit_spacing],
     "22.1": [fire_no_threshold, fire_no_plus_one],
     "23.1": [random_with_replacement, random_offset, random_unsorted, random_global_rng],
     "24.1": [bins_not_clipped, bins_sign_flipped, bins_overwrite],
@@ -351,7 +356,7 @@ EXPECT = {
     "rope_interleaved": "interleaved", "rope_half_wrong_sign": "−m·θ", "anchor_first_no_corner": "K_nn", "anchor_one_side": "four terms",
     "segments_inclusive": "exclusive", "dape_no_residual": "residual", "dape_swapped": "[B; S]",
     "conv_no_tril": "tril", "conv_tril_after": "tril", "windows_overrun": "L + 1", "alibi_wrong_sign": "penalty",
-    "ntk_exponent_one": "d/(d−2)", "sinusoidal_concat": "Interleave", "random_offset": "uniform", "counter_not_sum_zero": "sum-zero", "perm_identity": "2i + 1", "bins_not_clipped": "far bin", "bins_sign_flipped": "j − i",
+    "ntk_exponent_one": "d/(d−2)", "sinusoidal_concat": "Interleave", "random_offset": "uniform", "counter_not_sum_zero": "sum-zero", "counter_unit_spacing": "spacing", "perm_identity": "2i + 1", "bins_not_clipped": "far bin", "bins_sign_flipped": "j − i",
     "band_not_causal": "never seen", "band_off_by_one": "w − 1",
 }
 

@@ -203,3 +203,20 @@ def test_power_init_draws_in_the_opposite_order_to_the_authors():
         torch.manual_seed(seed)
         assert torch.equal(ours_log.params["r1"].data, torch.rand(8)[:, None, None] * 2)
         assert torch.equal(ours_log.params["r2"].data, torch.rand(8)[:, None, None])
+
+
+@pytest.mark.parametrize("spec", ["kerple_log", "kerple_power"])
+def test_train_starts_from_the_seeded_initialization(spec):
+    "Chapter 21 measures how far training moved the kernel from `torch.manual_seed(seed); GPT(cfg)`: train() must start there."
+    from lengthx.train import TrainConfig, train
+    cfg = GPTConfig.preset("tiny", pe=spec, max_len=32)
+    tcfg = TrainConfig(steps=1, batch_size=2, length=32, lr=1e-12, min_lr=1e-13, warmup=0, seed=3)
+    torch.manual_seed(tcfg.seed)
+    first = GPT(cfg)
+    first.pe.clamp_()                                                  # the first forward clamps draws below eps in place
+    init = {n: p.detach().clone() for n, p in first.pe.params.items()}
+    start, _ = train(cfg, tcfg, tokens=torch.randint(0, 256, (4096,)), progress=False)
+    for n, p in init.items():
+        assert torch.allclose(start.pe.params[n].detach(), p, atol=1e-9), n      # one step at lr 1e-12 moves nothing
+    torch.manual_seed(tcfg.seed + 1)
+    assert not torch.allclose(GPT(cfg).pe.params["r1"], init["r1"])              # a different seed would be caught

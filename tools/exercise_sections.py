@@ -107,9 +107,9 @@ passed = check("20.1", alibi_bias)""")
 
 EX["21_kerple"] = ("""**Exercise 21.1** (implement, ★, autograded). Write `cpd_anchor_matrix(K)`, the $(n-1)\\times(n-1)$ matrix $M_{ij} = K_{ij} - K_{in} - K_{jn} + K_{nn}$ for $i, j < n$, anchored at the last point. For $c$ with $\\sum_i c_i = 0$ write $c_n = -\\sum_{i<n} c_i$ and show $c^\\top K c = c'^\\top M c'$ with $c' = (c_1, \\ldots, c_{n-1})$, a free vector: so $K$ is CPD exactly when $M$ is PSD. This is a second proof of CPD beside `cpd_margin` — an ordinary PSD test on $n - 1$ points, with no projector. The grader checks the values on random symmetric matrices, that $M$ is symmetric, that $M$ is PSD for this chapter's log, triangle and power ($p \\le 2$) kernels and not for $p = 3$, and that the sign of its smallest eigenvalue agrees with `cpd_margin`.
 
-**Exercise 21.2** (derive, ★★, autograded). Find three points $x_1, x_2, x_3$ and a sum-zero $c$ with $c^\\top K c < 0$ for $K_{ij} = -|x_i - x_j|^p$ and any $p > 2$ — so KERPLE's power kernel must keep its exponent in $(0, 2]$. Compute $c^\\top K c$ as a function of $p$ and check that it is exactly 0 at $p = 2$. Return your `(x, c)` from `cpd_counterexample(p)` for `check("21.2", ...)`, and confirm with your `cpd_anchor_matrix`.
+**Exercise 21.2** (derive, ★★, autograded). The chapter broke the power kernel outside its range with $p = 3$ on the points $\\{0, 1, 2\\}$. Do the same for the 3-parameter log kernel outside its clamp: for every $r_1, r_2 > 0$ and $r_3 > 2$, find points and a sum-zero $c$ with $c^\\top K c < 0$ for $K_{ij} = -r_1\\log(1 + r_2|x_i - x_j|^{r_3})$. Write $c^\\top K c$ for $c = (1, -2, 1)$ on the equally spaced points $\\{0, s, 2s\\}$ as a function of $a = r_2 s^{r_3}$ and $r_3$, show that it is negative for small enough $a$ exactly when $r_3 > 2$, and explain why $\\{0, 1, 2\\}$ is not enough when $r_2$ is large. Return `(x, c)` from `log3_counterexample(r1, r2, r3)` for `check("21.2", ...)` (the grader tries large $r_2$ too), and confirm with your `cpd_anchor_matrix`. Why does KERPLE clamp $r_3$ to $(0, 2]$ and not only $r_2$ of the power kernel?
 
-**Exercise 21.3** (experiment, ★★★). *Predict first:* starting from its initialization, where will the learned exponent $r_2$ of `kerple_power` settle after training — near 1 (ALiBi), below, or above? Train it with this chapter's QUICK setup, read each head's $r_1, r_2$ from the trained PE, and relate the heads' kernels to their perplexity at 4× the training length. Research extension: does the log kernel win because of its shape, or because of its initialization?""",
+**Exercise 21.3** (experiment, ★★★). The committed `kerple_params` runs above show where each head's $r_1, r_2$ stand after that unit's training; the QUICK run moves nothing visibly. *Predict first:* with a longer training (`LENGTHX_FULL=1` trains this chapter's tiny models for 2000 steps; `lengthx reproduce --only kerple_params` takes the main unit's settings), does the power kernel's exponent $r_2$ keep moving the way it moved in the committed runs, settle, or turn back toward 1 (ALiBi)? Train it, read each head's $r_1, r_2$ from the trained PE, and relate the heads' kernels to their perplexity at 4× the training length. Research extension (an open question): read the verdicts of the ledger above on the log kernel against ALiBi and against the power kernel, and the trained kernels per seed. Does the log kernel's shape change growth at all at this scale, and does initialization matter? Train `kerple_log` and `kerple_power` from matched initial kernels (or swap their initial draws) over several seeds and read growth with `compare` from `lengthx.evidence`.""",
 """from lengthx.exercises import check
 
 def cpd_anchor_matrix(K):
@@ -118,11 +118,11 @@ def cpd_anchor_matrix(K):
 
 passed = check("21.1", cpd_anchor_matrix)
 
-def cpd_counterexample(p):
-    "Exercise 21.2: points x and sum-zero weights c with cᵀKc < 0 for K = −|x_i − x_j|^p — replace this stub."
+def log3_counterexample(r1, r2, r3):
+    "Exercise 21.2: points x and sum-zero weights c with cᵀKc < 0 for K = −r1·log(1 + r2|x_i − x_j|^r3), r3 > 2 — replace this stub."
     raise NotImplementedError
 
-passed = check("21.2", cpd_counterexample)""")
+passed = check("21.2", log3_counterexample)""")
 
 EX["22_sandwich_fire"] = ("""**Exercise 22.1** (implement, ★, autograded). Write `fire_distance(i, j, c, L)`: FIRE's MLP input $\\psi(i-j)/\\psi(\\max(i, L))$ with $\\psi(x) = \\log(1 + |cx|)$, for query positions `i` and key positions `j` that broadcast. The grader checks the diagonal, the range $[0, 1]$ on causal pairs, the threshold $L$ at the first queries, and the values.
 
