@@ -829,6 +829,7 @@ def clip_bin_mass(weights: Tensor, k: int) -> Tensor:
 
 written("24.2", "24_learned_relative", "Write Transformer-XL's position term as sinusoids of the distance, and bound it", "derive")
 written("24.3", "24_learned_relative", "Predict how Shaw's clipping distance changes growth at 8×, then train it", "experiment")
+written("24.4", "24_learned_relative", "Predict whether the reference's wider Shaw initialization changes fit or growth, then train it", "experiment")
 
 # %% ../nbs/80_exercises.ipynb #278ce157
 def _ch25_blocks(fn, T: int, w: int, block: int) -> Tensor:
