@@ -5,38 +5,22 @@
 gates written out by a loop; an inner FoX cannot wrap is refused with one clear line; the spec grammar, the help
 and the layer patterns show the new form.
 """
-import math
 
 import pytest
 import torch
 
 from lengthx import attention as lx
-from lengthx.attention import (PE, Positions, attention, build_pe, causal_mask, parse_spec, pe_help,
+from lengthx.attention import (PE, Positions, attention, build_pe, parse_spec, pe_help,
                                pe_options_markdown, register_pe)
 from lengthx.cli import main
 from lengthx.model import GPT, GPTConfig, layer_specs
 from lengthx.pe.bias import alibi_slopes
 from lengthx.pe.successors import FoX
+from test_successor_specs import fox_loop_bias, softmax_ref   # the loop references, written once
 
 B, H, T, D, DM = 2, 4, 10, 8, 32
 PATHS = ("naive", "sdpa", "flex", "chunked")
 
-
-def fox_loop_bias(pe, x, layer=0):
-    "Σ_{l=j+1..i} log σ(w_h·x_l + b_h) by an explicit loop for j ≤ i, [B, H, T, T] in float64 (0 above the diagonal)."
-    logit = torch.einsum("btd,hd->bht", x.double(), pe.gate_w[layer].detach().double()) + pe.gate_b[layer].detach().double()[None, :, None]
-    log_f = -torch.log1p(torch.exp(-logit))
-    out = torch.zeros(B, H, T, T, dtype=torch.float64)
-    for i in range(T):
-        for j in range(i + 1):
-            for l in range(j + 1, i + 1): out[..., i, j] += log_f[..., l]
-    return out
-
-
-def softmax_ref(q, k, v, bias):
-    "Causal softmax(q·k/√d + bias) @ v in float64."
-    s = q.double() @ k.double().transpose(-1, -2) / math.sqrt(D) + bias
-    return s.masked_fill(~causal_mask(T, T), float("-inf")).softmax(-1) @ v.double()
 
 
 def random_fox(spec, seed=1):

@@ -23,20 +23,22 @@ def qkv(seed=0, scale=1.0):
 
 
 def fox_loop_bias(pe, x, layer=0):
-    "D_ij = Σ_{l=j+1..i} log σ(w_h·x_l + b_h) by an explicit loop, [B, H, T, T] (0 above the diagonal)."
-    logit = torch.einsum("btd,hd->bht", x, pe.gate_w[layer].detach()) + pe.gate_b[layer].detach()[None, :, None]
-    log_f = -torch.log1p(torch.exp(-logit.double()))                      # log σ, written out
-    out = torch.zeros(B, H, T, T, dtype=torch.float64)
-    for i in range(T):
+    "D_ij = Σ_{l=j+1..i} log σ(w_h·x_l + b_h) by an explicit loop, [B, H, T, T] in float64 (0 above the diagonal)."
+    (b, t, _), h = x.shape, pe.gate_w.shape[1]
+    logit = torch.einsum("btd,hd->bht", x.double(), pe.gate_w[layer].detach().double()) + pe.gate_b[layer].detach().double()[None, :, None]
+    log_f = -torch.log1p(torch.exp(-logit))                               # log σ, written out
+    out = torch.zeros(b, h, t, t, dtype=torch.float64)
+    for i in range(t):
         for j in range(i + 1):
             for l in range(j + 1, i + 1): out[..., i, j] += log_f[..., l]
     return out
 
 
 def softmax_ref(q, k, v, bias):
-    s = q.double() @ k.double().transpose(-1, -2) / math.sqrt(D) + bias
-    s = s.masked_fill(~causal_mask(T, T), float("-inf"))
-    return s.softmax(-1) @ v.double()
+    "Causal softmax(q·k/√d + bias) @ v in float64, any [..., T, d]."
+    t = q.shape[-2]
+    s = q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1]) + bias
+    return s.masked_fill(~causal_mask(t, t), float("-inf")).softmax(-1) @ v.double()
 
 
 def random_fox(seed=1):
