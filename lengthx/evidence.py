@@ -23,18 +23,19 @@ from .results import CHECKSUM, device_of, load_results, result_dirs
 
 # %% auto #0
 __all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES_PER_TOKEN', 'AT_L_SHARE', 'HERE',
-           'NON_OVERLAPPING', 'LAST_256', 'PER_POSITION', 'WINDOW_YARDSTICK', 'CONTROL_FWER', 'PAPER_BIAS_PPL',
-           'PAPER_BIAS_SCORING', 'PAPER_BIAS_GROWTH', 'CLAIMS', 'VERDICTS', 'VERDICT_MEANINGS', 'FLAT_GROWTH',
-           'FLAT_TOL', 'LEARNED_MARGIN', 'SCHEDULE_UNITS', 'READS_PREFIX', 'METADATA', 'setup_key', 'Seeds',
-           'lm_records', 'gather', 'level', 'growth', 'yardstick', 't_cdf', 't_quantile', 't975', 'paired_interval',
-           'Comparison', 'values_of', 'compare', 'window_ppl', 'compare_windows', 'Claim', 'share_range', 'per_byte',
-           't5_unseen_buckets', 't5_setting', 'bipe_setting', 'growth_vs_window', 'reads_growth', 'committed_specs',
-           'control_family', 'control_level', 'control_intervals', 'context_use_control', 'window_setting',
-           'join_notes', 'paper_bias_growth', 'paper_bias_text', 'bare_bias_text', 'flat_bias_setting', 'LedgerRow',
-           'side', 'judge', 'log_ratios', 'log_interval', 'growth_reason', 'read_claim', 'gpu_presets', 'ledger',
-           'seed_list', 'superscript', 'setting_notes', 'ledger_table', 'verdict_counts', 'count_line', 'judged_effect',
-           'setup_steps', 'seed_spread', 'schedule_table', 'claims_about', 'chapter_ledger', 'payload_sha256',
-           'experiment_files', 'reads_line', 'reads']
+           'NON_OVERLAPPING', 'LAST_256', 'PER_POSITION', 'WINDOW_YARDSTICK', 'CONTROL_FWER', 'CONTROL_SPECS',
+           'PAPER_BIAS_PPL', 'PAPER_BIAS_SCORING', 'PAPER_BIAS_GROWTH', 'CLAIMS', 'VERDICTS', 'UNTESTABLE',
+           'VERDICT_MEANINGS', 'FLAT_GROWTH', 'FLAT_TOL', 'LEARNED_MARGIN', 'SCHEDULE_UNITS', 'READS_PREFIX',
+           'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather', 'level', 'growth', 'yardstick', 't_cdf',
+           't_quantile', 't975', 'paired_interval', 'Comparison', 'values_of', 'compare', 'window_ppl',
+           'compare_windows', 'Claim', 'share_range', 'per_byte', 't5_unseen_buckets', 't5_setting', 'bipe_setting',
+           'growth_vs_window', 'reads_growth', 'committed_specs', 'control_family', 'control_level',
+           'control_intervals', 'context_use_control', 'baseline_degrades', 'window_setting', 'join_notes',
+           'paper_bias_growth', 'paper_bias_text', 'bare_bias_text', 'flat_bias_setting', 'LedgerRow', 'side', 'judge',
+           'log_ratios', 'log_interval', 'growth_reason', 'read_claim', 'gpu_presets', 'ledger', 'seed_list',
+           'superscript', 'setting_notes', 'ledger_table', 'verdict_counts', 'count_line', 'judged_effect',
+           'setup_steps', 'seed_spread', 'schedule_table', 'payload_sha256', 'experiment_files', 'reads_line', 'reads',
+           'claims_about', 'chapter_ledger']
 
 # %% ../nbs/57_evidence.ipynb #e16f7546
 LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape", "successors", "current", "path")   # units whose rows are trained language models, `spec|seed=N`
@@ -191,20 +192,16 @@ class Comparison:
     def n(self) -> int:
         "How many seeds (or windows) were paired."
         return len(self.seeds)
-
     @property
     def decided(self) -> bool:
         "Did the paired interval exclude 0?"
         return self.verdict in "<>"
-
     def where(self) -> str:
         "The length in words: '16× (1,024 tokens)'."
         return f"{self.length // self.train_len}× ({self.length:,} tokens)" if self.train_len else f"{self.length} tokens"
-
     def gap(self) -> str:
         "The paired difference with its interval and seed count, or why there is none."
         return self.why if self.interval is None else _gap(self)
-
     def sentence(self) -> str:
         "The reading sentence, built from the numbers: values, the paired difference, its interval and the seeds (or windows)."
         return _window_sentence(self) if self.unit == "window" else _sentence(self)
@@ -377,6 +374,7 @@ class Claim:
     protocol_note: str = ""  # where the paper's evaluation protocol differs from the book's same-targets one
     setting_note: Optional[Callable[..., str]] = None   # given (L, results, preset): where the book's setting leaves the claim untested
     paper_at_L: Optional[tuple] = None   # the paper's own (a, b) at the training length L, for a level claim; None where it gives none
+    note_blocks: bool = True  # False: the own setting note is a difference to read beside the verdict, not a reason the claim cannot be tested
 
     def effect(self, bpt: tuple = None) -> Optional[tuple]:
         "The paper's effect per byte: ln(paper_a/paper_b) per BPE token divided by the bytes-per-token range, as (low, high)."
@@ -443,6 +441,9 @@ def bipe_setting(L: int, recs: Optional[Sequence[dict]] = None, preset: str = "c
 # %% ../nbs/57_evidence.ipynb #e84ae470
 WINDOW_YARDSTICK = "window:w={L}:kerple_log"   # the windowed model a growth reading must be told apart from
 CONTROL_FWER = 0.05                              # the control's family-wise error: its chance of passing when no encoding differs
+CONTROL_SPECS = ("nope", "rope", "alibi", "kerple_log", "dape:kerple_log",                 # lengthx.experiments.CORE
+                 "kerple_power", "cdape:k=3:kerple_log", "bipe:alibi", "bipe:rope", "fire", "t5",   # .LEDGER, less the window
+                 "transformer_xl", "shaw", "shaw:value=false", "cope", "dape_fb:kerple_log", "kerple_gauss")   # .BASELINES
 
 
 def growth_vs_window(spec: str, L: int, factor: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu") -> Optional[tuple]:
@@ -465,10 +466,11 @@ def committed_specs(recs: Optional[Sequence[dict]] = None, preset: str = "cpu") 
     return list(seen)
 
 # %% ../nbs/57_evidence.ipynb #8545d0fd
-def control_family(factor: int, L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu") -> dict[str, list[float]]:
-    "The encodings the control reads: each committed one with two or more seeds paired with the yardstick, and its per-seed ln(g/g_window)."
+def control_family(factor: int, L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu",
+                   family: Sequence[str] = CONTROL_SPECS) -> dict[str, list[float]]:
+    "The members of the fixed `family` with two or more seeds paired with the yardstick, and their per-seed ln(g/g_window)."
     win = WINDOW_YARDSTICK.format(L=L)
-    cmps = {m: compare(m, win, "growth", factor * L, recs=recs, preset=preset) for m in committed_specs(recs, preset)}
+    cmps = {m: compare(m, win, "growth", factor * L, recs=recs, preset=preset) for m in family}
     return {m: log_ratios(c) for m, c in cmps.items() if c.n >= 2}
 
 
@@ -477,30 +479,38 @@ def control_level(m: int) -> float:
     return 1 - CONTROL_FWER / max(m, 1)
 
 
-def control_intervals(factor: int, L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu") -> dict[str, tuple]:
-    "Every encoding the control reads, with its ln(g/g_window) interval at the Bonferroni coverage `control_level`."
-    fam = control_family(factor, L, recs, preset)
-    return {m: paired_interval(d, control_level(len(fam)))[1] for m, d in fam.items()}
+def control_intervals(factor: int, L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu",
+                      family: Sequence[str] = CONTROL_SPECS) -> dict[str, tuple]:
+    "Each family member's ln(g/g_window) interval at the Bonferroni coverage over the whole fixed family, `control_level(len(family))`."
+    return {m: paired_interval(d, control_level(len(family)))[1] for m, d in control_family(factor, L, recs, preset, family).items()}
 
 
 def context_use_control(factor: int, L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu",
-                        direction: str = "<") -> dict[str, tuple]:
-    "The setting's control at factor×: the encodings whose Bonferroni-adjusted ln(g/g_window) interval lies wholly below 0 ('>': above)."
-    return {m: iv for m, iv in control_intervals(factor, L, recs, preset).items() if side(iv) == direction}
+                        direction: str = "<", family: Sequence[str] = CONTROL_SPECS) -> dict[str, tuple]:
+    "The setting's control at factor×: the family members whose adjusted ln(g/g_window) interval lies wholly below 0 ('>': above)."
+    return {m: iv for m, iv in control_intervals(factor, L, recs, preset, family).items() if side(iv) == direction}
 
 # %% ../nbs/57_evidence.ipynb #a1514b44
-def window_setting(c: "Claim", L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu") -> str:
-    "The generated note of a claim read on growth: '' when the setting's control at the claim's factor passes, or the claim is against the yardstick itself."
+def baseline_degrades(c: "Claim", L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu") -> bool:
+    "Is a '<' claim's baseline b told apart above the windowed model at the claim's factor (one pre-specified 95% test)?"
+    iv = growth_vs_window(c.b.format(L=L), L, c.factor, recs, preset) if c.expect == "<" else None
+    return iv is not None and side(iv) == ">"
+
+
+def window_setting(c: "Claim", L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu",
+                   family: Sequence[str] = CONTROL_SPECS) -> str:
+    "The generated note of a claim read on growth: '' when b degrades (a '<' claim), the fixed family's control passes, or b is the yardstick."
     win = WINDOW_YARDSTICK.format(L=L)
-    if c.b.format(L=L) == win or context_use_control(c.factor, L, recs, preset, ">" if c.expect == ">" else "<"): return ""
-    m = len(control_family(c.factor, L, recs, preset))
-    bare = bare_bias_text(L, recs, preset, c.factor) if c.b.endswith("kerple_log") else ""
+    if c.b.format(L=L) == win or baseline_degrades(c, L, recs, preset): return ""
+    if context_use_control(c.factor, L, recs, preset, ">" if c.expect == ">" else "<", family): return ""
+    m = len(family)
+    bare = bare_bias_text(L, recs, preset, c.factor, c.b.format(L=L)) if c.expect == "<" else ""
     listed = ", ".join(f"`{x}` {_iv(growth_vs_window(x, L, c.factor, recs, preset))}" for x in (c.a, c.b))
     where = "below" if c.expect != ">" else "above"
-    return (f"book's setting: {bare + '; ' if bare else ''}at {c.factor}×, no committed encoding's growth is told apart {where} "
-            f"the windowed model's ({m} encodings read, each at {100 * control_level(m):.2f}% so that all hold together at "
-            f"{100 * (1 - CONTROL_FWER):g}%), so this setting shows no " + ("use of context beyond L and cannot show a gap that "
-            "opens beyond it" if where == "below" else "degradation beyond L and cannot show one") +
+    return (f"book's setting: {bare + '; ' if bare else ''}at {c.factor}×, no encoding of the control's fixed family is told "
+            f"apart {where} the windowed model in growth ({m} encodings, each at {100 * control_level(m):.2f}% so that all hold "
+            f"together at {100 * (1 - CONTROL_FWER):g}%), so this setting shows no " + ("use of context beyond L and cannot show "
+            "a gap that opens beyond it" if where == "below" else "degradation beyond L and cannot show one") +
             f"; the claim's own 95% ln(g/g_window) against `{win}`: {listed}")
 
 
@@ -544,15 +554,18 @@ def _span(xs: Sequence[float]) -> str:
     return f"×{lo}" if lo == hi else f"×{lo}–×{hi}"
 
 
-def bare_bias_text(L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu", factor: int = 16) -> str:
-    "The measured text that the bare bias is not shown to degrade here ('' when KERPLE-log's ln g interval lies above 0, or under two seeds)."
-    g = growth(gather("kerple_log", recs, preset), factor * L)
+def bare_bias_text(L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu", factor: int = 16,
+                   spec: str = "kerple_log") -> str:
+    "The measured text that a claim's baseline `spec` is not shown to degrade here ('' when its ln g interval lies above 0, or under two seeds)."
+    g = growth(gather(spec, recs, preset), factor * L)
     if len(g) < 2: return ""
     mean, (lo, hi) = paired_interval([math.log(v) for v in g.values()])
-    if lo > 0: return ""                                         # the bare bias degrades here: the claim is testable
-    return (f"the bare bias is not shown to degrade here (KERPLE-log grows ×{math.exp(mean):.3f} to {factor}× "
+    if lo > 0: return ""                                         # the baseline degrades here
+    bare = spec == "kerple_log"                                  # the bare bias: the papers' own growths are quoted beside it
+    return (f"{'the bare bias' if bare else f'the baseline `{spec}`'} is not shown to degrade here "
+            f"({'KERPLE-log' if bare else f'`{spec}`'} grows ×{math.exp(mean):.3f} to {factor}× "
             f"on average, {_span(list(g.values()))} over {seed_list(sorted(g))}, 95% interval of ln g [{lo:+.3f}, {hi:+.3f}], "
-            f"at most ×{math.exp(hi):.2f}; {paper_bias_text(factor)})")
+            f"at most ×{math.exp(hi):.2f}" + (f"; {paper_bias_text(factor)})" if bare else ")"))
 
 
 def flat_bias_setting(L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu", factor: int = 16,
@@ -610,10 +623,10 @@ CLAIMS += [
           5.54 / 6.03, 1.0, "6.03 → 5.54 at 8192", protocol_note=NON_OVERLAPPING, setting_note=t5_setting),
     Claim("BiPE", "BiPE §4.2, Figure 4 (PG19, train 1024)", "BiPE-ALiBi below ALiBi at 8×", "bipe:alibi", "alibi", "level",
           8, "<", 25.24, 28.59, "25.24 vs 28.59 at 8192", protocol_note=NON_OVERLAPPING,
-          setting_note=bipe_setting),
+          setting_note=bipe_setting, note_blocks=False),
     Claim("BiPE", "BiPE §4.2, Figure 4 (PG19, train 1024)", "BiPE-RoPE far below RoPE at 4×", "bipe:rope", "rope", "level",
           4, "<", 19.67, 158.0, "19.67 vs 158 at 4096", protocol_note=NON_OVERLAPPING,
-          setting_note=bipe_setting),
+          setting_note=bipe_setting, note_blocks=False),
 ]
 
 # %% ../nbs/57_evidence.ipynb #86418bb8
@@ -632,8 +645,9 @@ class LedgerRow:
     why: str
     gpu: str = "—"
     files: list = field(default_factory=list)
-    setting: str = ""        # where the book's setting leaves the claim untested, shown beside the verdict
-    testable: bool = True    # False when a setting note says this setting cannot show the paper's effect
+    setting: str = ""        # where the book's setting differs from the paper's, or cannot test the claim: a footnote
+    testable: bool = True    # False when a setting note says this setting cannot show the paper's effect (verdict 'cannot test here')
+    reading: str = ""        # what the rules read from the interval (the verdict, where the row is testable; kept for reference)
 
     def __getitem__(self, k: str):
         "Fields also as dict keys: row['verdict']."
@@ -641,7 +655,8 @@ class LedgerRow:
 
 # %% ../nbs/57_evidence.ipynb #404a3737
 VERDICTS = ("reproduced", "reproduced in fit only", "direction only", "not reproduced", "opposite", "opposite in fit only",
-            "not learned", "unresolved")
+            "not learned", "unresolved", "cannot test here")
+UNTESTABLE = "cannot test here"   # the verdict of a row whose setting cannot show the paper's effect
 VERDICT_MEANINGS = {    # one legend for every chapter, in `judge`'s terms
     "reproduced": "the interval excludes 0 on the paper's side and meets or exceeds the paper's converted effect, or the "
                   "paper gives no number; a 'not above' claim: the interval lies below FLAT_TOL; a cost claim: slower in "
@@ -653,7 +668,11 @@ VERDICT_MEANINGS = {    # one legend for every chapter, in `judge`'s terms
     "opposite in fit only": "the gap is on the other side already at L and does not grow",
     "not learned": "neither model learned the task in distribution",
     "unresolved": "the interval contains 0 and the paper's converted effect, or the paper gives no number to size it, or a "
-                  "'not above' interval is too wide to call flat, or there is no interval (one seed, nothing committed)"}
+                  "'not above' interval is too wide to call flat, or there is no interval (one seed, nothing committed)",
+    "cannot test here": "the book's setting cannot show the paper's effect (its footnote says why: parameters the test reads "
+                        "were never trained, or at the claim's length neither the baseline nor any encoding of the control's "
+                        "fixed family is told apart from the windowed model in the claim's direction); the interval is shown "
+                        "for reference and not judged"}
 
 
 def side(iv: tuple) -> str:
@@ -672,7 +691,8 @@ def judge(interval: Optional[tuple], expect: str, effect: Optional[tuple], why: 
     lo, hi = interval
     tol = FLAT_TOL if flat_tol is None else flat_tol
     if expect == "≤":                                          # 'not above': decided by the interval and the tolerance
-        if hi <= tol: return "reproduced", f"the interval lies below ln(1 + FLAT) = {tol:+.3f}: flat or falling"
+        if hi <= tol: return "reproduced", (f"the interval lies below {'FLAT_TOL = ln(FLAT_GROWTH)/3' if flat_tol is None else 'the tolerance'} "
+                              f"= {tol:+.3f}: flat or falling")
         if lo > 0: return "opposite", "the interval lies wholly above 0"
         return "unresolved", f"the interval reaches 0 or below but also above {tol:+.3f}: too wide to call flat"
     s = side(interval)
@@ -884,9 +904,10 @@ def ledger(recs: Optional[Sequence[dict]] = None, claims: Sequence[Claim] = CLAI
         if c.protocol_note: why = f"{why} ({c.protocol_note})" if why else f"({c.protocol_note})"
         L = gather(c.a, recs, preset).train_len
         own = c.setting_note(L, recs, preset) if L and c.setting_note else ""
-        setting = join_notes(own, window_setting(c, L, recs, preset) if L and reads_growth(c, why) else "")
-        rows.append(LedgerRow(c.paper, c.where, c.claim, _metric(c), c.numbers, book, seeds, iv, verdict, why, g, files, setting,
-                              testable=not setting))
+        generated = window_setting(c, L, recs, preset) if L and reads_growth(c, why) else ""
+        testable = not generated and not (own and c.note_blocks)
+        rows.append(LedgerRow(c.paper, c.where, c.claim, _metric(c), c.numbers, book, seeds, iv,
+                              verdict if testable else UNTESTABLE, why, g, files, join_notes(own, generated), testable, verdict))
     return rows
 
 # %% ../nbs/57_evidence.ipynb #538f8bb2
@@ -924,9 +945,11 @@ def ledger_table(rows: Sequence[LedgerRow]) -> str:
     for r in rows:
         src = r.where if r.paper.lower() in r.where.lower() else f"{r.paper}, {r.where}"
         gpu = "" if r.gpu == "—" else f"; GPU: {r.gpu}"
-        mark = f" (**cannot test here**{superscript(notes[r.setting])})" if r.setting else ""
+        mark = superscript(notes[r.setting]) if r.setting else ""
+        diff = " (setting differs" + mark + ")" if r.setting and r.testable else ""
         out.append(f"| **{r.claim}** — {src}; {r.metric.split(';')[0]} | {r.paper_numbers} | {r.book} | "
-                   f"{_iv(r.interval)} ({seed_list(r.seeds)}) | **{r.verdict}**{mark}: {r.why}{gpu} |")
+                   f"{_iv(r.interval)} ({seed_list(r.seeds)}) | **{r.verdict}**{'' if r.testable else mark}{diff}: "
+                   f"{'' if r.testable else 'interval shown for reference: '}{r.why}{gpu} |")
     foot = [f"{superscript(n)} {note}" for note, n in notes.items()]
     return "\n".join(out) + ("\n\n" + "\n\n".join(foot) if foot else "")
 
@@ -938,9 +961,12 @@ def verdict_counts(rows: Sequence[LedgerRow]) -> dict[str, tuple[int, int]]:
 
 
 def count_line(rows: Sequence[LedgerRow]) -> str:
-    "The ledger's verdict counts, each split into testable here and not: '6 reproduced (5 testable, 1 cannot test here), …'."
-    split = lambda t, u: f" ({t} testable, {u} cannot test here)" if u else ""
-    return ", ".join(f"{t + u} {v}{split(t, u)}" for v, (t, u) in verdict_counts(rows).items())
+    "The ledger's verdict counts, testable rows first: '12 testable here: 6 reproduced, …; 5 cannot test here'."
+    counts = verdict_counts(rows)
+    testable = {v: t for v, (t, _) in counts.items() if t}
+    head = f"{sum(testable.values())} testable here: " + ", ".join(f"{t} {v}" for v, t in testable.items())
+    untested = sum(u for _, u in counts.values())
+    return head + (f"; {untested} {UNTESTABLE}" if untested else "")
 
 
 def judged_effect(c: Claim, r: LedgerRow) -> Optional[tuple]:
@@ -988,20 +1014,6 @@ def schedule_table(recs: Sequence[dict], factor: int = 16, preset: str = "cpu") 
                      "ratio": (lng["sd_log"] / short["sd_log"]) if lng["sd_log"] and short["sd_log"] else None})
     return rows
 
-# %% ../nbs/57_evidence.ipynb #8ccd8a90
-def claims_about(*specs: str) -> list[Claim]:
-    "The ledger's claims that name one of `specs` on either side (the rows a method chapter shows)."
-    if not specs: raise ValueError("claims_about needs at least one spec, e.g. claims_about('kerple_log')")
-    return [c for c in CLAIMS if c.a in specs or c.b in specs]
-
-
-def chapter_ledger(*specs: str, recs: Optional[Sequence[dict]] = None, papers: Sequence[str] = ()) -> str:
-    "The ledger rows about `specs` (only `papers`' claims, if given) as a markdown table, after printing the `reads` line."
-    rows = ledger(recs, [c for c in claims_about(*specs) if not papers or c.paper in papers])
-    files = sorted({f for r in rows for f in r.files})
-    if files: reads(*files)
-    return ledger_table(rows)
-
 # %% ../nbs/57_evidence.ipynb #153a3946
 READS_PREFIX = "Committed results read:"
 
@@ -1045,3 +1057,17 @@ def reads(*files) -> None:
     "Print the line that records which committed result files (records, paths or names) this chapter's outputs were made from."
     if not files: raise ValueError("reads() needs at least one result file (a record from load_results, a path or a name)")
     print(reads_line(*files))
+
+# %% ../nbs/57_evidence.ipynb #8ccd8a90
+def claims_about(*specs: str) -> list[Claim]:
+    "The ledger's claims that name one of `specs` on either side (the rows a method chapter shows)."
+    if not specs: raise ValueError("claims_about needs at least one spec, e.g. claims_about('kerple_log')")
+    return [c for c in CLAIMS if c.a in specs or c.b in specs]
+
+
+def chapter_ledger(*specs: str, recs: Optional[Sequence[dict]] = None, papers: Sequence[str] = ()) -> str:
+    "The ledger rows about `specs` (only `papers`' claims, if given) as a markdown table, after printing the `reads` line."
+    rows = ledger(recs, [c for c in claims_about(*specs) if not papers or c.paper in papers])
+    files = sorted({f for r in rows for f in r.files})
+    if files: reads(*files)
+    return ledger_table(rows)

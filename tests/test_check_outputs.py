@@ -39,6 +39,14 @@ def test_the_tool_reads_the_line_evidence_writes():
     assert "seeds_cpu.json" in items and "cost_cpu.json" not in items     # a language-model file comes with its experiment
 
 
+def test_the_tools_copies_of_the_package_lists_are_equal():
+    "A unit missing from the tool's LM_UNITS would let a chapter go stale unnoticed when a seed file of that unit is added."
+    from lengthx.evidence import LM_UNITS, SEED_FREE
+    assert CO.LM_UNITS == LM_UNITS and CO.SEED_FREE == SEED_FREE
+    for unit in LM_UNITS:                                                   # every unit's file names are recognised
+        assert CO.LM_FILE.match(f"{unit}_cpu.json") and CO.LM_FILE.match(f"{unit}_cpu_seed3.json")
+
+
 def test_passes_on_the_checkout():
     out = run(ROOT)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -10,7 +10,9 @@ NOTE_B = "book's setting: another note"
 
 
 def table(*settings: str) -> str:
-    return E.ledger_table([dataclasses.replace(ROW, claim=f"claim {i}", setting=s) for i, s in enumerate(settings)])
+    "Rows with a note cannot be tested (verdict 'cannot test here'); rows without one are testable."
+    return E.ledger_table([dataclasses.replace(ROW, claim=f"claim {i}", setting=s, testable=not s,
+                                               verdict=E.UNTESTABLE if s else ROW.verdict) for i, s in enumerate(settings)])
 
 
 def test_setting_notes_become_numbered_marks_with_the_notes_under_the_table():
@@ -18,8 +20,8 @@ def test_setting_notes_become_numbered_marks_with_the_notes_under_the_table():
     rows, foot = t.split("\n\n", 1)
     lines = rows.splitlines()
     assert all(line.count("|") == 6 for line in lines)                   # still five columns
-    assert "**reproduced** (**cannot test here**¹):" in lines[2] and "**reproduced**:" in lines[3] and "**reproduced** (**cannot test here**²):" in lines[4]
-    assert "**reproduced** (**cannot test here**¹):" in lines[5]                                # a shared note keeps its number
+    assert "**cannot test here**¹: interval shown for reference" in lines[2] and "**reproduced**:" in lines[3] and "**cannot test here**²:" in lines[4]
+    assert "**cannot test here**¹:" in lines[5]                                # a shared note keeps its number
     assert "book's setting" not in rows                                  # the note text is no longer in the cell
     assert foot.split("\n\n") == [f"¹ {NOTE_A}", f"² {NOTE_B}"]   # each note once, same text
 
@@ -28,3 +30,8 @@ def test_no_notes_no_footnotes_and_marks_past_nine():
     assert "\n\n" not in table("", "") and table("", "").count("\n") == 3
     assert E.superscript(1) == "¹" and E.superscript(10) == "¹⁰" and E.superscript(23) == "²³"
     assert E.setting_notes([dataclasses.replace(ROW, setting=s) for s in ("x", "", "y", "x")]) == {"x": 1, "y": 2}
+
+
+def test_a_testable_row_with_a_note_keeps_its_verdict_and_the_mark():
+    t = E.ledger_table([dataclasses.replace(ROW, setting=NOTE_B)])
+    assert "**reproduced** (setting differs¹): on the paper's side" in t and t.endswith(f"¹ {NOTE_B}")

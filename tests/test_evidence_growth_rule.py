@@ -27,9 +27,9 @@ def dape_like(**kw) -> E.Claim:
 def test_a_paper_effect_that_is_growth_is_not_reproduced_by_a_gap_already_there_at_L():
     data = recs(0.9, 0.9)                                        # the book's gap is there at L and does not grow
     old = E.ledger(data, [dape_like()])[0]                       # no paper numbers at L: the level reading (fit only)
-    assert old.verdict == "reproduced in fit only"
+    assert old.reading == "reproduced in fit only"
     row = E.ledger(data, [dape_like(paper_at_L=(8.21, 8.30))])[0]
-    assert row.verdict == "not reproduced" and "the paper's effect is growth" in row.why and "(fit, not growth)" in row.why
+    assert row.reading == "not reproduced" and "the paper's effect is growth" in row.why and "(fit, not growth)" in row.why
     g = E.compare("a", "b", "growth", 16 * 64, recs=data)
     assert row.interval == pytest.approx(E.log_interval(g))      # the interval shown is the growth one, which decides
     assert "growth ×" in row.book and "P(L) " in row.book and "ln ratio [" in row.book
@@ -48,7 +48,7 @@ def test_a_book_gap_at_L_on_the_other_side_is_read_on_growth_against_the_level_e
     row = E.ledger(recs(1.3, 0.8, factor=4), [claim])[0]         # a starts 30% above b at L and ends 20% below at 4×
     lvl = E.log_interval(E.compare("a", "b", "level", 256, recs=recs(1.3, 0.8, factor=4)))
     assert E.judge(lvl, "<", claim.effect())[0] == "direction only"      # what the level at 4× alone said
-    assert row.verdict == "reproduced" and "no numbers at L" in row.why and "assuming the paper's gap at L is about 0" in row.why
+    assert row.reading == "reproduced" and "no numbers at L" in row.why and "assuming the paper's gap at L is about 0" in row.why
     assert row.interval[1] < math.log(0.8)                       # the growth interval, beyond the level's ln 0.8
 
 
@@ -56,9 +56,9 @@ def test_a_substantial_paper_gap_at_L_keeps_the_fit_only_verdict():
     claim = E.Claim("P", "T", "a below b at 4×", "a", "b", "level", 4, "<", 5.22, 5.26, "", paper_at_L=(6.07, 6.10))
     assert claim.share_at_L() > E.AT_L_SHARE                     # KERPLE log vs power: 0.65 of the gap is there at L
     row = E.ledger(recs(0.9, 0.9, factor=4), [claim])[0]
-    assert row.verdict == "reproduced in fit only" and "already there at L" in row.why and "read on growth" not in row.why
+    assert row.reading == "reproduced in fit only" and "already there at L" in row.why and "read on growth" not in row.why
     other = E.ledger(recs(1.1, 1.1, factor=4), [claim])[0]       # the other side, same rule
-    assert other.verdict == "opposite in fit only"
+    assert other.reading == "opposite in fit only"
 
 
 def test_the_threshold_edge():
@@ -68,8 +68,8 @@ def test_the_threshold_edge():
     at = lambda share: (b_L * math.exp(share * e), b_L)         # a paper gap at L of exactly `share` of the gap at n×
     below, above = dape_like(paper_at_L=at(E.AT_L_SHARE - 0.01)), dape_like(paper_at_L=at(E.AT_L_SHARE + 0.01))
     data = recs(0.9, 0.9)
-    assert E.ledger(data, [below])[0].verdict == "not reproduced"
-    assert E.ledger(data, [above])[0].verdict == "reproduced in fit only"
+    assert E.ledger(data, [below])[0].reading == "not reproduced"
+    assert E.ledger(data, [above])[0].reading == "reproduced in fit only"
     assert E.growth_reason(above, None, share=0.5) and not E.growth_reason(below, None, share=0.2)   # the constant decides
 
 

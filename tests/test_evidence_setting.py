@@ -21,8 +21,9 @@ def test_the_t5_row_carries_the_setting_note_beside_its_verdict_and_the_note_cha
     t5 = claim("T5 flat")
     row, bare = E.ledger(RECS, [t5])[0], E.ledger(RECS, [dataclasses.replace(t5, setting_note=None)])[0]
     assert "never got a gradient" in row.setting and "not T5's claim" in row.setting and bare.setting == ""
-    assert f"**{row.verdict}** (**cannot test here**¹):" in E.ledger_table([row]) and f"\n¹ {row.setting}" in E.ledger_table([row])   # a footnote
-    assert (row.verdict, row.interval, row.seeds) == (bare.verdict, bare.interval, bare.seeds)
+    assert row.verdict == E.UNTESTABLE and bare.verdict == bare.reading == row.reading
+    assert "**cannot test here**¹:" in E.ledger_table([row]) and f"\n¹ {row.setting}" in E.ledger_table([row])   # a footnote
+    assert (row.reading, row.interval, row.seeds) == (bare.reading, bare.interval, bare.seeds)
 
 
 def test_bipe_rows_carry_the_segment_note():
@@ -49,13 +50,16 @@ def test_remedy_rows_carry_the_measured_flat_bias_note_and_keep_their_verdicts()
         c = claim(text)
         row, bare = E.ledger(RECS, [c])[0], E.ledger(RECS, [dataclasses.replace(c, setting_note=None)])[0]
         g = E.growth(E.gather("kerple_log", RECS), c.factor * 64)
-        assert "bare bias is not shown to degrade here" in row.setting and "window:w=64:kerple_log" in row.setting
-        assert f"×{min(g.values()):.3f}–×{max(g.values()):.3f} over seeds 0–4" in row.setting
-        assert f"**{row.verdict}** (**cannot test here**¹):" in E.ledger_table([row]) and f"\n¹ {row.setting}" in E.ledger_table([row])
-        assert (row.verdict, row.interval, row.seeds) == (bare.verdict, bare.interval, bare.seeds)
+        b = E.gather(c.b, RECS)
+        gb = E.growth(b, c.factor * 64)
+        assert "is not shown to degrade here" in row.setting and "window:w=64:kerple_log" in row.setting
+        assert f"×{min(gb.values()):.3f}–×{max(gb.values()):.3f} over seeds 0–4" in row.setting   # the claim's own baseline
+        assert "**cannot test here**¹:" in E.ledger_table([row]) and f"\n¹ {row.setting}" in E.ledger_table([row])
+        assert (row.reading, row.interval, row.seeds) == (bare.reading, bare.interval, bare.seeds)
     assert E.ledger(RECS, [claim("KERPLE-log below its windowed model")])[0].setting == ""   # the control's own question
-    assert "no committed encoding's growth is told apart below" in E.ledger(RECS, [claim("DAPE-Kerple below Kerple")])[0].setting  # 8×: the adjusted control fails
-    assert E.ledger(RECS, [claim("DAPE-Kerple below Kerple")])[0].verdict == "not reproduced"
+    assert "no encoding of the control's fixed family is told apart below" in E.ledger(RECS, [claim("DAPE-Kerple below Kerple")])[0].setting  # 8×: the adjusted control fails
+    assert E.ledger(RECS, [claim("DAPE-Kerple below Kerple")])[0].reading == "not reproduced"
+    assert E.ledger(RECS, [claim("DAPE-Kerple below Kerple")])[0].verdict == E.UNTESTABLE
 
 
 def test_flat_bias_note_is_built_from_the_results_and_empty_when_the_bias_degrades():

@@ -8,8 +8,8 @@ reads that line from every `nbs/*.ipynb` (nothing is executed) and compares each
 `nbs/results/<name>` now: the SHA-256 of its JSON without provenance and checksum (`lengthx.evidence.payload_sha256`),
 so a changed number is caught and a metadata-only change (a checksum added, a re-attested file) is not. It fails, naming the chapter and the file, when a file changed (or is gone) since the
 chapter's outputs were made: re-execute the chapter (`python tools/nbtool.py run nbs/X.ipynb`, then `nbdev_clean`).
-It also fails when a chapter gathered the seeds of a language-model experiment (a `main`, `seeds`, `more_seeds`,
-`baselines` or `cdape` file) and a file of the same experiment (same budget, same settings but the seeds) has been
+It also fails when a chapter gathered the seeds of a language-model experiment (a file of a unit in
+`lengthx.evidence.LM_UNITS`, copied here and held equal by tests/test_check_outputs.py) and a file of the same experiment (same budget, same settings but the seeds) has been
 committed since: the chapter's intervals were taken over fewer seeds than the book now holds.
 Chapters without the line are not checked; the tool says how many chapters are covered.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 PREFIX = "Committed results read:"                       # lengthx.evidence.READS_PREFIX (kept here: the tool imports nothing)
 ITEM = re.compile(r"([\w.+-]+\.json) \(payload sha256 ([0-9a-f]{16,64})\)")
 METADATA = ("content_sha256", "provenance", "reattested")   # lengthx.evidence.METADATA
-LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape")   # lengthx.evidence.LM_UNITS
+LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape", "successors", "current", "path")   # == lengthx.evidence.LM_UNITS (a test holds them equal)
 SEED_FREE = ("seed", "seeds", "specs", "windowed")                # lengthx.evidence.SEED_FREE
 LM_FILE = re.compile(r"^(?:" + "|".join(LM_UNITS) + r")_(?P<preset>[a-z]+)(?:_seed\d+)?\.json$")
 
