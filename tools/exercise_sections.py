@@ -178,18 +178,18 @@ def band_blocks(T, w, block):
 
 passed = check("25.1", band_blocks)""")
 
-EX["30_bipe"] = ("""**Exercise 30.1** (implement, ★, autograded). Write `segment_positions(ids, sep_ids)` returning `(intra, inter)` for `ids` of shape `[B, T]`, with this chapter's convention: a separator belongs to the segment it closes, so $n(t)$ counts separators strictly before $t$, and the token after a separator has intra position 0. The grader checks the worked example, rows that start with a separator, runs of separators, rows with none, the prefix property, and random batches.
+EX["30_bipe"] = ("""**Exercise 30.1** (implement, ★, autograded). Write `my_segment_positions(ids, sep_ids)` (the chapter's own is `segment_positions`) returning `(intra, inter)` for `ids` of shape `[B, T]`, with this chapter's convention: a separator belongs to the segment it closes, so $n(t)$ counts separators strictly before $t$, and the token after a separator has intra position 0. The other convention, in which a separator opens the next segment ($n(t) = \\sum_{u\\le t} s_u$, an inclusive sum), is the wrong one here. The grader checks the worked example, rows that start with a separator, runs of separators, rows with none, the prefix property, and random batches.
 
 **Exercise 30.2** (derive, ★★). With $T$ states split into $\\sqrt T$ sets of $\\sqrt T$, compare the embedding sizes of Theorems 3.1 and 3.2 and find the $T$ beyond which BiPE's bound is smaller by a factor 10. Then explain, with a three-segment example, why the segment matrices $A(S)$ can be multiplied in any grouping — the fact the divide-and-conquer construction needs. What does a separator that belonged to the *next* segment (Exercise 30.1's wrong convention) break in this construction?
 
 **Exercise 30.3** (experiment, ★★). *Predict first:* BiPE with natural segments (`bipe:rope`) against fixed-length segments (`bipe:fixed=γ:rope`) for $\\gamma$ much shorter than, close to, and much longer than the corpus's mean segment length. Run the comparison for three values of $\\gamma$ and explain what the fixed segments lose.""",
 """from lengthx.exercises import check
 
-def segment_positions(ids, sep_ids):
+def my_segment_positions(ids, sep_ids):
     "Exercise 30.1: (intra, inter) — separators close their segment — replace this stub."
     raise NotImplementedError
 
-passed = check("30.1", segment_positions)""")
+passed = check("30.1", my_segment_positions)""")
 
 EX["40_dape"] = ("""**Exercise 40.1** (implement, ★★, autograded). Write `dape_logits(S, bias, W1, b1, W2, b2)`: equation 3, $S + B + W_2\\,\\mathrm{LeakyReLU}(W_1[S; B] + b_1) + b_2$, where $[S; B]$ stacks all heads' scores and biases on the channel axis (`W1` is $D \\times 2H$, slope 0.01) and the MLP acts at every query–key pair on its own. The grader checks that a future pixel never moves another pixel, that the MLP mixes heads, and the values.
 
