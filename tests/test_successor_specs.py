@@ -162,6 +162,58 @@ def test_stickbreak_weights_and_output_equal_the_loop(path):
     assert torch.allclose(got.double(), ref @ v.double(), atol=1e-5)
 
 
+def _old_stick_normalize(scores, mask):
+    "The `stickbreak` normaliser as committed results were trained with (a frozen copy): remainder on the own key."
+    last = mask & ~F.pad(mask[..., 1:], (0, 1), value=False)
+    seen = mask & ~last
+    z = scores.float()
+    log_rest = (-F.softplus(z)).masked_fill(~seen, 0.0)
+    after = F.pad(log_rest.flip(-1).cumsum(-1).flip(-1)[..., 1:], (0, 1))
+    a = (F.logsigmoid(z) + after).exp().masked_fill(~seen, 0.0)
+    return a + last * (1 - a.sum(-1, keepdim=True))
+
+
+def test_stickbreak_default_is_unchanged_bitwise():
+    "The default `stickbreak` (rem=value) gives the same weights and output, bit for bit, as the committed normaliser."
+    pe = build_pe("stickbreak", n_heads=H, head_dim=D)
+    assert not pe.uses_value and not any(True for _ in pe.parameters())
+    q, k, v = qkv(seed=3, scale=1.5)
+    mask = causal_mask(T, T)
+    with torch.no_grad():
+        out, w = attention(q, k, v, pe, Positions.arange(B, T), path="naive", return_weights=True)
+        pos = Positions.arange(B, T)
+        w_old = _old_stick_normalize(pe.logits(q, k, pos, pos, 1.0 / math.sqrt(D)), mask)
+        wide = 8 * torch.randn(B, H, T, T)                              # any logits: the normaliser itself
+        assert torch.equal(pe.normalize(wide, mask), _old_stick_normalize(wide, mask))
+    assert torch.equal(w, w_old) and torch.equal(out, w_old.to(v.dtype) @ v)
+
+
+@pytest.mark.parametrize("path", ["naive", "chunked"])
+def test_stickbreak_rem_bias_adds_the_remainder_times_the_layer_vector(path):
+    "rem=bias: output = Σ_j A_ij v_j + (1 − Σ_j A_ij)·b_h with b the layer's own learned vector per head, by hand."
+    pe = build_pe("stickbreak:rem=bias", n_heads=H, head_dim=D, n_layers=2)
+    assert pe.rem_bias.shape == (2, H, D) and torch.equal(pe.rem_bias, torch.zeros(2, H, D))   # starts at zero
+    q, k, v = qkv(seed=4, scale=1.5)
+    with torch.no_grad():
+        pe.rem_bias.normal_()
+        a = stick_loop(q, k).tril(-1)                                   # the loop's weights without the remainder
+        rem = 1 - a.sum(-1, keepdim=True)
+        for layer in (0, 1):
+            b = pe.rem_bias[layer].double()[None, :, None, :]
+            got = attention(q, k, v, pe, Positions.arange(B, T), layer=layer, path=path, block=5)
+            assert torch.allclose(got.double(), a @ v.double() + rem * b, atol=1e-5), layer
+        assert not torch.allclose(pe.rem_bias[0], pe.rem_bias[1])
+
+
+def test_stickbreak_rem_bias_trains_its_vector():
+    "The remainder's vector gets a gradient through a model's loss (it is a parameter the model learns)."
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(n_layer=2, n_head=H, d_model=DM, pe="stickbreak:rem=bias", max_len=32))
+    idx = torch.randint(0, 256, (2, 32))
+    m(idx, torch.roll(idx, -1, 1))[1].backward()
+    assert m.pe.rem_bias.grad is not None and (m.pe.rem_bias.grad.abs() > 0).all()
+
+
 def test_stickbreak_is_finite_for_large_logits():
     pe = build_pe("stickbreak", n_heads=H, head_dim=D)
     q, k, v = qkv(scale=30.0)
