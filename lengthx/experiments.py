@@ -157,6 +157,7 @@ UNIT["colab"] = {**UNIT["cpu"], "sweep": dict(pes="default", budget="colab", pro
                                 "check_every": 500, "workers": 12, "max_seconds": 240},
                  "cost": {**UNIT["cpu"]["cost"], "attention": [[s, ["sdpa", "flex", "chunked"], [2048, 8192, 32768]]
                                                                 for s in ("nope", "alibi", "dape:kerple_log")]}}
+UNIT["colab"]["che_more"] = {**UNIT["cpu"]["che_more"], "pes": CHE_MORE + PATH}   # a GPU runs PaTH's recursion in the grid too
 UNIT["paper"] = {**UNIT["colab"], "sweep": dict(pes="default", budget="paper", protocol=dict(n_windows=256))}
 
 # %% ../nbs/72_reproduce.ipynb #97188e7d
