@@ -83,8 +83,7 @@ class FoX(WrappedPE):
             raise ValueError(f"{self.spec!r} reads each layer's forget gates: "
                              "pass the positions through pe.gate(x, pos, layer) first")
         d = rearrange(pos_q.gate, "b q h -> b h q 1") - rearrange(pos_k.gate, "b k h -> b h 1 k")
-        # c falls along the sequence: a key after the query (an encoder) forgets the gates between too; without
-        # gradients in place (no T×T copy: evaluation's memory plan counts one), with them the exact identity on j ≤ i
+        # −|c_i − c_j|: in place when nothing is differentiated (no second T×T tensor)
         d = d.abs_().neg_() if not torch.is_grad_enabled() else torch.where(d <= 0, d, -d)
         if not self.inner.uses_bias: return d
         inner = self.inner.bias(pos_q, pos_k, layer)
