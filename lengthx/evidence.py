@@ -46,7 +46,7 @@ SEED_FREE = ("seed", "seeds", "specs", "windowed")        # settings that may di
 
 
 def setup_key(settings: dict) -> str:
-    "The settings that must agree for two runs to be compared (everything but the seed and the list of specs), as one string."
+    "The settings that must agree for two runs to be compared (all but the seed and the list of specs), as one string."
     return json.dumps({k: v for k, v in settings.items() if k not in SEED_FREE}, sort_keys=True)
 
 
@@ -587,51 +587,64 @@ def flat_bias_setting(L: int, recs: Optional[Sequence[dict]] = None, preset: str
 
 # %% ../nbs/57_evidence.ipynb #f59a91a8
 CLAIMS = [
-    Claim("DAPE", "DAPE v2 Table 1 (arXiv, train 128)", "DAPE-Kerple below Kerple at 8×", "dape:kerple_log", "kerple_log",
-          "level", 8, "<", 5.20, 6.91, "5.20 vs 6.91 at 1024; 8.21 vs 8.30 at 128", paper_at_L=(8.21, 8.30)),
-    Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(QKᵀ,B) below f(B) at 16×", "dape:kerple_log", "dape_fb:kerple_log",
+    Claim("DAPE", "DAPE v2 Table 1 (arXiv, train 128)", "DAPE-Kerple below Kerple at 8×",
+          "dape:kerple_log", "kerple_log", "level", 8, "<", 5.20, 6.91,
+          "5.20 vs 6.91 at 1024; 8.21 vs 8.30 at 128", paper_at_L=(8.21, 8.30)),
+    Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(QKᵀ,B) below f(B) at 16×",
+          "dape:kerple_log", "dape_fb:kerple_log",
           "level", 16, "<", 17.88, 23.49, "17.88 vs 23.49 at 8192; 19.22 vs 19.64 at 512", protocol_note=LAST_256,
           paper_at_L=(19.22, 19.64)),
-    Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(B) below the bare bias at 16×", "dape_fb:kerple_log", "kerple_log",
+    Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(B) below the bare bias at 16×",
+          "dape_fb:kerple_log", "kerple_log",
           "level", 16, "<", 23.49, 39.31, "23.49 vs 39.31 at 8192; 19.64 vs 19.68 at 512", protocol_note=LAST_256,
           paper_at_L=(19.64, 19.68)),
-    Claim("DAPE", "DAPE Table 6 (Books3, train 128)", "Transformer-XL extrapolates (growth below 1 at 16×)", "transformer_xl",
+    Claim("DAPE", "DAPE Table 6 (Books3, train 128)", "Transformer-XL extrapolates (growth below 1 at 16×)",
+          "transformer_xl",
           1.0, "growth", 16, "<", 27.90 / 31.57, 1.0, "31.57 → 27.90 at 2048", yardstick=True, protocol_note=LAST_256),
     Claim("DAPE", "DAPE Table 1 (350M, train 512)", "DAPE-Kerple's step is slower than Kerple's", "dape:kerple_log",
           "kerple_log", "cost", 1, ">", 224.22, 189.91,
           "time cost, batch 1: 224 ms vs 190 ms (1.18×; 1.14× at 2.7B, 1.08× at 6.7B); the book times a training step"),
-    Claim("DAPE", "DAPE Table 2 (CHE, train 40; Kerple in the randomized columns)", "DAPE-Kerple above Kerple on even pairs",
-          "dape:kerple_log", "kerple_log", "che", 1, ">", 99.58, 57.50, "99.58% vs 57.50% (randomized Kerple)"),
-    Claim("CDAPE", "DAPE v2 Table 1 (arXiv, train 128)", "CDAPE below DAPE at 8×", "cdape:k=3:kerple_log", "dape:kerple_log",
-          "level", 8, "<", 5.05, 5.20, "5.05 vs 5.20 at 1024; 8.15 vs 8.21 at 128", paper_at_L=(8.15, 8.21)),
+    Claim("DAPE", "DAPE Table 2 (CHE, train 40; Kerple in the randomized columns)",
+          "DAPE-Kerple above Kerple on even pairs", "dape:kerple_log", "kerple_log", "che", 1, ">", 99.58, 57.50,
+          "99.58% vs 57.50% (randomized Kerple)"),
+    Claim("CDAPE", "DAPE v2 Table 1 (arXiv, train 128)", "CDAPE below DAPE at 8×",
+          "cdape:k=3:kerple_log", "dape:kerple_log", "level", 8, "<", 5.05, 5.20,
+          "5.05 vs 5.20 at 1024; 8.15 vs 8.21 at 128", paper_at_L=(8.15, 8.21)),
     Claim("CDAPE", "DAPE v2 Table 10 (Books3, train 128)", "CoPE degrades: grows more than DAPE-Kerple to 16×", "cope",
-          "dape:kerple_log", "growth", 16, ">", 33.80 / 31.61, 23.34 / 31.49, "g 1.069 vs 0.741 (33.80/31.61, 23.34/31.49)"),
-    Claim("CDAPE", "DAPE v2 app. K (350M, train 512)", "CDAPE-Kerple's step is slower than DAPE-Kerple's", "cdape:k=3:kerple_log",
-          "dape:kerple_log", "cost", 1, ">", 252.84, 224.22,
+          "dape:kerple_log", "growth", 16, ">", 33.80 / 31.61, 23.34 / 31.49,
+          "g 1.069 vs 0.741 (33.80/31.61, 23.34/31.49)"),
+    Claim("CDAPE", "DAPE v2 app. K (350M, train 512)", "CDAPE-Kerple's step is slower than DAPE-Kerple's",
+          "cdape:k=3:kerple_log", "dape:kerple_log", "cost", 1, ">", 252.84, 224.22,
           "time cost, batch 1: 253 ms vs 224 ms (1.13×; the gap shrinks with size); the book times a training step"),
 ]
 
 # %% ../nbs/57_evidence.ipynb #38447f36
 CLAIMS += [
-    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below ALiBi at 16×", "kerple_log", "alibi", "level", 16,
-          "<", 5.01, 5.74, "5.01 vs 5.74 at 8192; 6.07 vs 6.12 at 512", protocol_note=NON_OVERLAPPING, paper_at_L=(6.07, 6.12)),
-    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below KERPLE-power at 4×", "kerple_log", "kerple_power",
+    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below ALiBi at 16×",
+          "kerple_log", "alibi", "level", 16,
+          "<", 5.01, 5.74, "5.01 vs 5.74 at 8192; 6.07 vs 6.12 at 512",
+          protocol_note=NON_OVERLAPPING, paper_at_L=(6.07, 6.12)),
+    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below KERPLE-power at 4×",
+          "kerple_log", "kerple_power",
           "level", 4, "<", 5.22, 5.26, "5.22 vs 5.26 at 2048, significant by the paper's t-test (as at 1024); at 8192 "
-          "5.01 vs 5.06, not marked significant; 6.07 vs 6.10 at 512", protocol_note=NON_OVERLAPPING, paper_at_L=(6.07, 6.10)),
-    Claim("KERPLE", "KERPLE Figure 5 (GitHub, train 512, test 4096)", "KERPLE-log below its windowed model at 8×", "kerple_log",
+          "5.01 vs 5.06, not marked significant; 6.07 vs 6.10 at 512",
+          protocol_note=NON_OVERLAPPING, paper_at_L=(6.07, 6.10)),
+    Claim("KERPLE", "KERPLE Figure 5 (GitHub, train 512, test 4096)", "KERPLE-log below its windowed model at 8×",
+          "kerple_log",
           "window:w={L}:kerple_log", "level", 8, "<", None, None, "a figure: below at almost every position",
           protocol_note=PER_POSITION),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "RoPE breaks past L (growth above 1 at 16×)", "rope", 1.0,
           "growth", 16, ">", 54.3 / 6.07, 1.0, "6.07 → 54.3 at 8192", protocol_note=NON_OVERLAPPING),
-    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "ALiBi flat (growth not above 1 at 16×)", "alibi", 1.0, "growth",
-          16, "≤", 5.74 / 6.12, 1.0, "6.12 → 5.74 at 8192", protocol_note=NON_OVERLAPPING),
-    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "T5 flat (growth not above 1 at 16×)", "t5", 1.0, "growth", 16, "≤",
+    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "ALiBi flat (growth not above 1 at 16×)",
+          "alibi", 1.0, "growth", 16, "≤", 5.74 / 6.12, 1.0, "6.12 → 5.74 at 8192", protocol_note=NON_OVERLAPPING),
+    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "T5 flat (growth not above 1 at 16×)",
+          "t5", 1.0, "growth", 16, "≤",
           5.54 / 6.03, 1.0, "6.03 → 5.54 at 8192", protocol_note=NON_OVERLAPPING, setting_note=t5_setting),
-    Claim("BiPE", "BiPE §4.2, Figure 4 (PG19, train 1024)", "BiPE-ALiBi below ALiBi at 8×", "bipe:alibi", "alibi", "level",
-          8, "<", 25.24, 28.59, "25.24 vs 28.59 at 8192", protocol_note=NON_OVERLAPPING,
+    Claim("BiPE", "BiPE §4.2, Figure 4 (PG19, train 1024)", "BiPE-ALiBi below ALiBi at 8×",
+          "bipe:alibi", "alibi", "level", 8, "<", 25.24, 28.59, "25.24 vs 28.59 at 8192", protocol_note=NON_OVERLAPPING,
           setting_note=bipe_setting, note_blocks=False),
-    Claim("BiPE", "BiPE §4.2, Figure 4 (PG19, train 1024)", "BiPE-RoPE far below RoPE at 4×", "bipe:rope", "rope", "level",
-          4, "<", 19.67, 158.0, "19.67 vs 158 at 4096", protocol_note=NON_OVERLAPPING,
+    Claim("BiPE", "BiPE §4.2, Figure 4 (PG19, train 1024)", "BiPE-RoPE far below RoPE at 4×",
+          "bipe:rope", "rope", "level", 4, "<", 19.67, 158.0, "19.67 vs 158 at 4096", protocol_note=NON_OVERLAPPING,
           setting_note=bipe_setting, note_blocks=False),
 ]
 
@@ -938,7 +951,7 @@ def superscript(n: int) -> str:
 
 
 def setting_notes(rows: Sequence[LedgerRow]) -> dict[str, int]:
-    "The distinct setting notes of the rows, numbered in the order they first appear (rows that share a note share its number)."
+    "The distinct setting notes of the rows, numbered in order of first appearance (a shared note keeps its number)."
     notes: dict[str, int] = {}
     for r in rows:
         if r.setting: notes.setdefault(r.setting, len(notes) + 1)
@@ -954,7 +967,8 @@ def split_note(setting: str) -> tuple[str, str]:
     "A setting note as (the row's own part, the shared control sentence at no particular factor; '' where absent)."
     m = CONTROL_RE.search(setting)
     if not m: return setting, ""
-    return setting.replace(m.group(0), f"at {m.group(1)}× the setting control fails"), "at the claim's factor, " + m.group(2)
+    own = setting.replace(m.group(0), f"at {m.group(1)}× the setting control fails")
+    return own, "at the claim's factor, " + m.group(2)
 
 
 def split_why(why: str) -> tuple[str, str, str]:
