@@ -9,6 +9,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import partial
@@ -25,26 +26,27 @@ from .results import CHECKSUM, device_of, load_results, result_dirs
 __all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES_PER_TOKEN', 'AT_L_SHARE', 'HERE',
            'NON_OVERLAPPING', 'LAST_256', 'PER_POSITION', 'WINDOW_YARDSTICK', 'CONTROL_FWER', 'CONTROL_SPECS',
            'PAPER_BIAS_PPL', 'PAPER_BIAS_SCORING', 'PAPER_BIAS_GROWTH', 'CLAIMS', 'VERDICTS', 'UNTESTABLE',
-           'VERDICT_MEANINGS', 'FLAT_GROWTH', 'FLAT_TOL', 'LEARNED_MARGIN', 'SCHEDULE_UNITS', 'READS_PREFIX',
-           'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather', 'level', 'growth', 'yardstick', 't_cdf',
-           't_quantile', 't975', 'paired_interval', 'Comparison', 'values_of', 'compare', 'window_ppl',
-           'compare_windows', 'Claim', 'share_range', 'per_byte', 't5_unseen_buckets', 't5_setting', 'bipe_setting',
-           'growth_vs_window', 'reads_growth', 'committed_specs', 'control_family', 'control_level',
-           'control_intervals', 'context_use_control', 'baseline_degrades', 'window_setting', 'join_notes',
-           'paper_bias_growth', 'paper_bias_text', 'bare_bias_text', 'flat_bias_setting', 'LedgerRow', 'side', 'judge',
-           'log_ratios', 'log_interval', 'growth_reason', 'read_claim', 'gpu_presets', 'ledger', 'seed_list',
-           'superscript', 'setting_notes', 'ledger_table', 'verdict_counts', 'count_line', 'judged_effect',
-           'setup_steps', 'seed_spread', 'schedule_table', 'payload_sha256', 'experiment_files', 'reads_line', 'reads',
-           'claims_about', 'chapter_ledger']
+           'VERDICT_MEANINGS', 'FLAT_GROWTH', 'FLAT_TOL', 'LEARNED_MARGIN', 'CONTROL_RE', 'PROTOCOL_RE',
+           'SCHEDULE_UNITS', 'READS_PREFIX', 'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather', 'level',
+           'growth', 'yardstick', 't_cdf', 't_quantile', 't975', 'paired_interval', 'Comparison', 'values_of',
+           'compare', 'window_ppl', 'compare_windows', 'Claim', 'share_range', 'per_byte', 't5_unseen_buckets',
+           't5_setting', 'bipe_setting', 'growth_vs_window', 'reads_growth', 'committed_specs', 'control_family',
+           'control_level', 'control_intervals', 'context_use_control', 'baseline_degrades', 'window_setting',
+           'join_notes', 'paper_bias_growth', 'paper_bias_text', 'bare_bias_text', 'flat_bias_setting', 'LedgerRow',
+           'side', 'judge', 'log_ratios', 'log_interval', 'growth_reason', 'read_claim', 'gpu_presets', 'ledger',
+           'seed_list', 'superscript', 'setting_notes', 'split_note', 'split_why', 'ledger_table', 'verdict_counts',
+           'count_line', 'judged_effect', 'setup_steps', 'seed_spread', 'schedule_table', 'payload_sha256',
+           'experiment_files', 'reads_line', 'reads', 'claims_about', 'chapter_ledger']
 
 # %% ../nbs/57_evidence.ipynb #e16f7546
-LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape", "successors", "current", "path")   # units whose rows are trained language models, `spec|seed=N`
+# units whose rows are trained language models, `spec|seed=N`
+LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape", "successors", "current", "path")
 SAME_TARGETS = "last_k_common"                            # the protocol that scores the same bytes at every length
 SEED_FREE = ("seed", "seeds", "specs", "windowed")        # settings that may differ between files of one experiment
 
 
 def setup_key(settings: dict) -> str:
-    "The settings that must agree for two runs to be compared (everything but the seed and the list of specs), as one string."
+    "The settings that must agree for two runs to be compared (all but the seed and the list of specs), as one string."
     return json.dumps({k: v for k, v in settings.items() if k not in SEED_FREE}, sort_keys=True)
 
 
@@ -585,47 +587,64 @@ def flat_bias_setting(L: int, recs: Optional[Sequence[dict]] = None, preset: str
 
 # %% ../nbs/57_evidence.ipynb #f59a91a8
 CLAIMS = [
-    Claim("DAPE", "DAPE v2 Table 1 (arXiv, train 128)", "DAPE-Kerple below Kerple at 8×", "dape:kerple_log", "kerple_log",
-          "level", 8, "<", 5.20, 6.91, "5.20 vs 6.91 at 1024; 8.21 vs 8.30 at 128", paper_at_L=(8.21, 8.30)),
-    Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(QKᵀ,B) below f(B) at 16×", "dape:kerple_log", "dape_fb:kerple_log",
-          "level", 16, "<", 17.88, 23.49, "17.88 vs 23.49 at 8192; 19.22 vs 19.64 at 512", protocol_note=LAST_256, paper_at_L=(19.22, 19.64)),
-    Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(B) below the bare bias at 16×", "dape_fb:kerple_log", "kerple_log",
+    Claim("DAPE", "DAPE v2 Table 1 (arXiv, train 128)", "DAPE-Kerple below Kerple at 8×",
+          "dape:kerple_log", "kerple_log", "level", 8, "<", 5.20, 6.91,
+          "5.20 vs 6.91 at 1024; 8.21 vs 8.30 at 128", paper_at_L=(8.21, 8.30)),
+    Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(QKᵀ,B) below f(B) at 16×",
+          "dape:kerple_log", "dape_fb:kerple_log",
+          "level", 16, "<", 17.88, 23.49, "17.88 vs 23.49 at 8192; 19.22 vs 19.64 at 512", protocol_note=LAST_256,
+          paper_at_L=(19.22, 19.64)),
+    Claim("DAPE", "DAPE Table 7 (Books, train 512)", "f(B) below the bare bias at 16×",
+          "dape_fb:kerple_log", "kerple_log",
           "level", 16, "<", 23.49, 39.31, "23.49 vs 39.31 at 8192; 19.64 vs 19.68 at 512", protocol_note=LAST_256,
           paper_at_L=(19.64, 19.68)),
-    Claim("DAPE", "DAPE Table 6 (Books3, train 128)", "Transformer-XL extrapolates (growth below 1 at 16×)", "transformer_xl",
+    Claim("DAPE", "DAPE Table 6 (Books3, train 128)", "Transformer-XL extrapolates (growth below 1 at 16×)",
+          "transformer_xl",
           1.0, "growth", 16, "<", 27.90 / 31.57, 1.0, "31.57 → 27.90 at 2048", yardstick=True, protocol_note=LAST_256),
     Claim("DAPE", "DAPE Table 1 (350M, train 512)", "DAPE-Kerple's step is slower than Kerple's", "dape:kerple_log",
-          "kerple_log", "cost", 1, ">", 224.22, 189.91, "time cost, batch 1: 224 ms vs 190 ms (1.18×; 1.14× at 2.7B, 1.08× at 6.7B); the book times a training step"),
-    Claim("DAPE", "DAPE Table 2 (CHE, train 40; Kerple in the randomized columns)", "DAPE-Kerple above Kerple on even pairs",
-          "dape:kerple_log", "kerple_log", "che", 1, ">", 99.58, 57.50, "99.58% vs 57.50% (randomized Kerple)"),
-    Claim("CDAPE", "DAPE v2 Table 1 (arXiv, train 128)", "CDAPE below DAPE at 8×", "cdape:k=3:kerple_log", "dape:kerple_log",
-          "level", 8, "<", 5.05, 5.20, "5.05 vs 5.20 at 1024; 8.15 vs 8.21 at 128", paper_at_L=(8.15, 8.21)),
+          "kerple_log", "cost", 1, ">", 224.22, 189.91,
+          "time cost, batch 1: 224 ms vs 190 ms (1.18×; 1.14× at 2.7B, 1.08× at 6.7B); the book times a training step"),
+    Claim("DAPE", "DAPE Table 2 (CHE, train 40; Kerple in the randomized columns)",
+          "DAPE-Kerple above Kerple on even pairs", "dape:kerple_log", "kerple_log", "che", 1, ">", 99.58, 57.50,
+          "99.58% vs 57.50% (randomized Kerple)"),
+    Claim("CDAPE", "DAPE v2 Table 1 (arXiv, train 128)", "CDAPE below DAPE at 8×",
+          "cdape:k=3:kerple_log", "dape:kerple_log", "level", 8, "<", 5.05, 5.20,
+          "5.05 vs 5.20 at 1024; 8.15 vs 8.21 at 128", paper_at_L=(8.15, 8.21)),
     Claim("CDAPE", "DAPE v2 Table 10 (Books3, train 128)", "CoPE degrades: grows more than DAPE-Kerple to 16×", "cope",
-          "dape:kerple_log", "growth", 16, ">", 33.80 / 31.61, 23.34 / 31.49, "g 1.069 vs 0.741 (33.80/31.61, 23.34/31.49)"),
-    Claim("CDAPE", "DAPE v2 app. K (350M, train 512)", "CDAPE-Kerple's step is slower than DAPE-Kerple's", "cdape:k=3:kerple_log",
-          "dape:kerple_log", "cost", 1, ">", 252.84, 224.22, "time cost, batch 1: 253 ms vs 224 ms (1.13×; the gap shrinks with size); the book times a training step"),
+          "dape:kerple_log", "growth", 16, ">", 33.80 / 31.61, 23.34 / 31.49,
+          "g 1.069 vs 0.741 (33.80/31.61, 23.34/31.49)"),
+    Claim("CDAPE", "DAPE v2 app. K (350M, train 512)", "CDAPE-Kerple's step is slower than DAPE-Kerple's",
+          "cdape:k=3:kerple_log", "dape:kerple_log", "cost", 1, ">", 252.84, 224.22,
+          "time cost, batch 1: 253 ms vs 224 ms (1.13×; the gap shrinks with size); the book times a training step"),
 ]
 
 # %% ../nbs/57_evidence.ipynb #38447f36
 CLAIMS += [
-    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below ALiBi at 16×", "kerple_log", "alibi", "level", 16,
-          "<", 5.01, 5.74, "5.01 vs 5.74 at 8192; 6.07 vs 6.12 at 512", protocol_note=NON_OVERLAPPING, paper_at_L=(6.07, 6.12)),
-    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below KERPLE-power at 4×", "kerple_log", "kerple_power",
+    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below ALiBi at 16×",
+          "kerple_log", "alibi", "level", 16,
+          "<", 5.01, 5.74, "5.01 vs 5.74 at 8192; 6.07 vs 6.12 at 512",
+          protocol_note=NON_OVERLAPPING, paper_at_L=(6.07, 6.12)),
+    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below KERPLE-power at 4×",
+          "kerple_log", "kerple_power",
           "level", 4, "<", 5.22, 5.26, "5.22 vs 5.26 at 2048, significant by the paper's t-test (as at 1024); at 8192 "
-          "5.01 vs 5.06, not marked significant; 6.07 vs 6.10 at 512", protocol_note=NON_OVERLAPPING, paper_at_L=(6.07, 6.10)),
-    Claim("KERPLE", "KERPLE Figure 5 (GitHub, train 512, test 4096)", "KERPLE-log below its windowed model at 8×", "kerple_log",
-          "window:w={L}:kerple_log", "level", 8, "<", None, None, "a figure: below at almost every position", protocol_note=PER_POSITION),
+          "5.01 vs 5.06, not marked significant; 6.07 vs 6.10 at 512",
+          protocol_note=NON_OVERLAPPING, paper_at_L=(6.07, 6.10)),
+    Claim("KERPLE", "KERPLE Figure 5 (GitHub, train 512, test 4096)", "KERPLE-log below its windowed model at 8×",
+          "kerple_log",
+          "window:w={L}:kerple_log", "level", 8, "<", None, None, "a figure: below at almost every position",
+          protocol_note=PER_POSITION),
     Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "RoPE breaks past L (growth above 1 at 16×)", "rope", 1.0,
           "growth", 16, ">", 54.3 / 6.07, 1.0, "6.07 → 54.3 at 8192", protocol_note=NON_OVERLAPPING),
-    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "ALiBi flat (growth not above 1 at 16×)", "alibi", 1.0, "growth",
-          16, "≤", 5.74 / 6.12, 1.0, "6.12 → 5.74 at 8192", protocol_note=NON_OVERLAPPING),
-    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "T5 flat (growth not above 1 at 16×)", "t5", 1.0, "growth", 16, "≤",
+    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "ALiBi flat (growth not above 1 at 16×)",
+          "alibi", 1.0, "growth", 16, "≤", 5.74 / 6.12, 1.0, "6.12 → 5.74 at 8192", protocol_note=NON_OVERLAPPING),
+    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "T5 flat (growth not above 1 at 16×)",
+          "t5", 1.0, "growth", 16, "≤",
           5.54 / 6.03, 1.0, "6.03 → 5.54 at 8192", protocol_note=NON_OVERLAPPING, setting_note=t5_setting),
-    Claim("BiPE", "BiPE §4.2, Figure 4 (PG19, train 1024)", "BiPE-ALiBi below ALiBi at 8×", "bipe:alibi", "alibi", "level",
-          8, "<", 25.24, 28.59, "25.24 vs 28.59 at 8192", protocol_note=NON_OVERLAPPING,
+    Claim("BiPE", "BiPE §4.2, Figure 4 (PG19, train 1024)", "BiPE-ALiBi below ALiBi at 8×",
+          "bipe:alibi", "alibi", "level", 8, "<", 25.24, 28.59, "25.24 vs 28.59 at 8192", protocol_note=NON_OVERLAPPING,
           setting_note=bipe_setting, note_blocks=False),
-    Claim("BiPE", "BiPE §4.2, Figure 4 (PG19, train 1024)", "BiPE-RoPE far below RoPE at 4×", "bipe:rope", "rope", "level",
-          4, "<", 19.67, 158.0, "19.67 vs 158 at 4096", protocol_note=NON_OVERLAPPING,
+    Claim("BiPE", "BiPE §4.2, Figure 4 (PG19, train 1024)", "BiPE-RoPE far below RoPE at 4×",
+          "bipe:rope", "rope", "level", 4, "<", 19.67, 158.0, "19.67 vs 158 at 4096", protocol_note=NON_OVERLAPPING,
           setting_note=bipe_setting, note_blocks=False),
 ]
 
@@ -793,6 +812,7 @@ def _against_window(c: Claim, L: int, book: str, iv, recs, preset: str, gpu: boo
     if len(wg) >= 2:                                    # the interval shown is then the one that decides: against the yardstick
         iv = log_interval(compare(c.a, win, "growth", c.factor * L, recs=recs, preset=preset, gpu=gpu))
         verdict, why = judge(iv, "<", None, "")
+        why = why.replace("no number to size its effect", "no number against a windowed model")
         return book + f"; yardstick ×{_mean(wg):.3f}", iv, verdict, f"read against `{win}`, {whose}; the interval is of ln(g/g_window): {why}"
     why = ("yardstick has one seed: " + ", ".join(f"`{win}`, {whose}, grows ×{v:.3f} (seed {n}, shown, not ranked)"
                                                 for n, v in wg.items()) if wg else "no windowed model is committed")
@@ -931,27 +951,57 @@ def superscript(n: int) -> str:
 
 
 def setting_notes(rows: Sequence[LedgerRow]) -> dict[str, int]:
-    "The distinct setting notes of the rows, numbered in the order they first appear (rows that share a note share its number)."
+    "The distinct setting notes of the rows, numbered in order of first appearance (a shared note keeps its number)."
     notes: dict[str, int] = {}
     for r in rows:
         if r.setting: notes.setdefault(r.setting, len(notes) + 1)
     return notes
 
 
+CONTROL_RE = re.compile(r"at (\d+)×, (no encoding of the control's fixed family is told apart .*?cannot show "
+                        r"(?:a gap that opens beyond it|one))")
+PROTOCOL_RE = re.compile(r" \((paper: [^()]*; here: [^()]*)\)$")
+
+
+def split_note(setting: str) -> tuple[str, str]:
+    "A setting note as (the row's own part, the shared control sentence at no particular factor; '' where absent)."
+    m = CONTROL_RE.search(setting)
+    if not m: return setting, ""
+    own = setting.replace(m.group(0), f"at {m.group(1)}× the setting control fails")
+    return own, "at the claim's factor, " + m.group(2)
+
+
+def split_why(why: str) -> tuple[str, str, str]:
+    "A row's why as (the deciding phrase, the reasoning before it, the protocol note), the last two for footnotes."
+    m = PROTOCOL_RE.search(why)
+    protocol, why = (m.group(1), why[:m.start()]) if m else ("", why)
+    if "; the interval is of " not in why: return why, "", protocol
+    head, tail = why.rsplit("; the interval is of ", 1)
+    scale, decision = tail.split(": ", 1)
+    return f"on {scale}: {decision}", head, protocol
+
+
+# %% ../nbs/57_evidence.ipynb #99884fbf
 def ledger_table(rows: Sequence[LedgerRow]) -> str:
-    "The ledger as a five-column markdown table (claim, paper, book, interval, verdict), the setting notes as footnotes under it, so it reads at a page's width."
-    notes = setting_notes(rows)
+    "The ledger as a five-column table: each verdict with its deciding phrase; notes and reasoning as footnotes."
+    # the shared control sentence and each scoring protocol get one footnote each, marked on every row they apply to
+    notes: dict[str, int] = {}
+    mark = lambda note: superscript(notes.setdefault(note, len(notes) + 1)) if note else ""
     out = ["| claim (source; measure) | paper | book | 95% interval of ln(a/b) | verdict, and why |", "|---" * 5 + "|"]
     for r in rows:
         src = r.where if r.paper.lower() in r.where.lower() else f"{r.paper}, {r.where}"
         gpu = "" if r.gpu == "—" else f"; GPU: {r.gpu}"
-        mark = superscript(notes[r.setting]) if r.setting else ""
-        diff = " (setting differs" + mark + ")" if r.setting and r.testable else ""
+        own, control = split_note(r.setting)
+        decide, reason, protocol = split_why(r.why)
+        if reason: own = f"{own}. The reading: {reason}" if own else f"The reading: {reason}"
+        marks = "˒".join(filter(None, (mark(own), mark(control), mark(protocol and f"Scoring — {protocol}."))))
+        head = (f"**{r.verdict}**{marks}: interval shown for reference: " if not r.testable else
+                f"**{r.verdict}** (setting differs{marks}): " if r.setting else f"**{r.verdict}**{marks}: ")
         out.append(f"| **{r.claim}** — {src}; {r.metric.split(';')[0]} | {r.paper_numbers} | {r.book} | "
-                   f"{_iv(r.interval)} ({seed_list(r.seeds)}) | **{r.verdict}**{'' if r.testable else mark}{diff}: "
-                   f"{'' if r.testable else 'interval shown for reference: '}{r.why}{gpu} |")
+                   f"{_iv(r.interval)} ({seed_list(r.seeds)}) | {head}{decide}{gpu} |")
     foot = [f"{superscript(n)} {note}" for note, n in notes.items()]
     return "\n".join(out) + ("\n\n" + "\n\n".join(foot) if foot else "")
+
 
 # %% ../nbs/57_evidence.ipynb #69db3fdc
 def verdict_counts(rows: Sequence[LedgerRow]) -> dict[str, tuple[int, int]]:

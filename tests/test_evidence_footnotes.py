@@ -35,3 +35,21 @@ def test_no_notes_no_footnotes_and_marks_past_nine():
 def test_a_testable_row_with_a_note_keeps_its_verdict_and_the_mark():
     t = E.ledger_table([dataclasses.replace(ROW, setting=NOTE_B)])
     assert "**reproduced** (setting differs¹): on the paper's side" in t and t.endswith(f"¹ {NOTE_B}")
+
+
+CONTROL = ("no encoding of the control's fixed family is told apart below the windowed model in growth (17 encodings), "
+           "so this setting shows no use of context beyond L and cannot show a gap that opens beyond it")
+
+
+def test_the_shared_control_protocol_and_reasoning_are_footnotes_each_once_and_the_cell_keeps_the_deciding_phrase():
+    why = ("read on growth: a long reasoning " + "words " * 20 + "; the interval is of ln(g_a/g_b): the interval contains 0 "
+           "(paper: chunks; here: same targets)")
+    rows = [dataclasses.replace(ROW, claim=f"claim {f}", setting=f"book's setting: own {f}; at {f}×, {CONTROL}; listed {f}",
+                                testable=False, verdict=E.UNTESTABLE, why=why) for f in (8, 16)]
+    t = E.ledger_table(rows)
+    body, foot = t.split("\n\n", 1)
+    assert t.count(CONTROL) == 1 and t.count("paper: chunks; here: same targets") == 1      # shared sentences once
+    assert "words" not in body and "read on growth" not in body                             # reasoning left the cell
+    assert "**cannot test here**¹˒²˒³: interval shown for reference: on ln(g_a/g_b): the interval contains 0 |" in body
+    assert "**cannot test here**⁴˒²˒³:" in body and "at 16× the setting control fails; listed 16" in foot
+    assert f"² at the claim's factor, {CONTROL}" in foot and "The reading: read on growth: a long reasoning" in foot
