@@ -34,9 +34,9 @@ __all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES
            'control_level', 'control_intervals', 'context_use_control', 'baseline_degrades', 'window_setting',
            'join_notes', 'paper_bias_growth', 'paper_bias_text', 'bare_bias_text', 'flat_bias_setting', 'LedgerRow',
            'side', 'judge', 'log_ratios', 'log_interval', 'growth_reason', 'read_claim', 'gpu_presets', 'ledger',
-           'seed_list', 'superscript', 'setting_notes', 'split_note', 'split_why', 'ledger_table', 'verdict_counts',
-           'count_line', 'judged_effect', 'setup_steps', 'seed_spread', 'schedule_table', 'payload_sha256',
-           'experiment_files', 'reads_line', 'reads', 'claims_about', 'chapter_ledger']
+           'control_flips', 'seed_list', 'superscript', 'setting_notes', 'split_note', 'split_why', 'ledger_table',
+           'verdict_counts', 'count_line', 'judged_effect', 'setup_steps', 'seed_spread', 'schedule_table',
+           'payload_sha256', 'experiment_files', 'reads_line', 'reads', 'claims_about', 'chapter_ledger']
 
 # %% ../nbs/57_evidence.ipynb #e16f7546
 # units whose rows are trained language models, `spec|seed=N`
@@ -476,21 +476,22 @@ def control_family(factor: int, L: int, recs: Optional[Sequence[dict]] = None, p
     return {m: log_ratios(c) for m, c in cmps.items() if c.n >= 2}
 
 
-def control_level(m: int) -> float:
-    "Each interval's coverage when m are read together at a family-wise 1 − CONTROL_FWER (Bonferroni): 1 − CONTROL_FWER/m."
-    return 1 - CONTROL_FWER / max(m, 1)
+def control_level(m: int, adjusted: bool = True) -> float:
+    "Each interval's coverage when m are read together at a family-wise 1 − CONTROL_FWER (Bonferroni): 1 − CONTROL_FWER/m (unadjusted: 1 − CONTROL_FWER)."
+    return 1 - CONTROL_FWER / (max(m, 1) if adjusted else 1)
 
 
 def control_intervals(factor: int, L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu",
-                      family: Sequence[str] = CONTROL_SPECS) -> dict[str, tuple]:
+                      family: Sequence[str] = CONTROL_SPECS, adjusted: bool = True) -> dict[str, tuple]:
     "Each family member's ln(g/g_window) interval at the Bonferroni coverage over the whole fixed family, `control_level(len(family))`."
-    return {m: paired_interval(d, control_level(len(family)))[1] for m, d in control_family(factor, L, recs, preset, family).items()}
+    lvl = control_level(len(family), adjusted)
+    return {m: paired_interval(d, lvl)[1] for m, d in control_family(factor, L, recs, preset, family).items()}
 
 
 def context_use_control(factor: int, L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu",
-                        direction: str = "<", family: Sequence[str] = CONTROL_SPECS) -> dict[str, tuple]:
+                        direction: str = "<", family: Sequence[str] = CONTROL_SPECS, adjusted: bool = True) -> dict[str, tuple]:
     "The setting's control at factor×: the family members whose adjusted ln(g/g_window) interval lies wholly below 0 ('>': above)."
-    return {m: iv for m, iv in control_intervals(factor, L, recs, preset, family).items() if side(iv) == direction}
+    return {m: iv for m, iv in control_intervals(factor, L, recs, preset, family, adjusted).items() if side(iv) == direction}
 
 # %% ../nbs/57_evidence.ipynb #a1514b44
 def baseline_degrades(c: "Claim", L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu") -> bool:
@@ -500,17 +501,17 @@ def baseline_degrades(c: "Claim", L: int, recs: Optional[Sequence[dict]] = None,
 
 
 def window_setting(c: "Claim", L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu",
-                   family: Sequence[str] = CONTROL_SPECS) -> str:
+                   family: Sequence[str] = CONTROL_SPECS, adjusted: bool = True) -> str:
     "The generated note of a claim read on growth: '' when b degrades (a '<' claim), the fixed family's control passes, or b is the yardstick."
     win = WINDOW_YARDSTICK.format(L=L)
     if c.b.format(L=L) == win or baseline_degrades(c, L, recs, preset): return ""
-    if context_use_control(c.factor, L, recs, preset, ">" if c.expect == ">" else "<", family): return ""
+    if context_use_control(c.factor, L, recs, preset, ">" if c.expect == ">" else "<", family, adjusted): return ""
     m = len(family)
     bare = bare_bias_text(L, recs, preset, c.factor, c.b.format(L=L)) if c.expect == "<" else ""
     listed = ", ".join(f"`{x}` {_iv(growth_vs_window(x, L, c.factor, recs, preset))}" for x in (c.a, c.b))
     where = "below" if c.expect != ">" else "above"
     return (f"book's setting: {bare + '; ' if bare else ''}at {c.factor}×, no encoding of the control's fixed family is told "
-            f"apart {where} the windowed model in growth ({m} encodings, each at {100 * control_level(m):.2f}% so that all hold "
+            f"apart {where} the windowed model in growth ({m} encodings, each at {100 * control_level(m, adjusted):.2f}% so that all hold "
             f"together at {100 * (1 - CONTROL_FWER):g}%), so this setting shows no " + ("use of context beyond L and cannot show "
             "a gap that opens beyond it" if where == "below" else "degradation beyond L and cannot show one") +
             f"; the claim's own 95% ln(g/g_window) against `{win}`: {listed}")
@@ -841,7 +842,19 @@ def _lm_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool, share: Optio
         book, iv, verdict, why = _level_past_L(c, bspec, L, book, iv, verdict, why, recs, preset, gpu, share)
     if c.yardstick and verdict == "reproduced":
         book, iv, verdict, why = _against_window(c, L, book, iv, recs, preset, gpu)
+    if c.quantity == "growth" and _is_const(cmp.b) and not c.yardstick: book += _beside_window(c, L, recs, preset, gpu)
     return book, cmp.seeds, iv, verdict, why, files
+
+
+def _beside_window(c: Claim, L: int, recs, preset: str, gpu: bool) -> str:
+    "A growth claim read against 1: the windowed model's growth, whether 1 is the conservative side, and ln(g/g_window) beside it."
+    win = WINDOW_YARDSTICK.format(L=L)
+    cw = compare(c.a, win, "growth", c.factor * L, recs=recs, preset=preset, gpu=gpu)
+    if cw.n < 2: return ""
+    gw, ivw = _mean(cw.b_values), log_interval(cw)
+    side_1 = "conservative" if (gw < 1) == (c.expect == ">") else "lenient"    # below 1, the window makes '>' harder to pass
+    return (f"; reading against 1 is {side_1} here (the windowed model grows ×{gw:.3f}); ln(g/g_window) {_iv(ivw)} "
+            f"reads {judge(ivw, c.expect, None)[0]}")
 
 # %% ../nbs/57_evidence.ipynb #516c6b17
 def _cost_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
@@ -910,8 +923,8 @@ def gpu_presets(recs: Sequence[dict]) -> list[str]:
 
 
 def ledger(recs: Optional[Sequence[dict]] = None, claims: Sequence[Claim] = CLAIMS, preset: str = "cpu",
-           share: Optional[float] = None) -> list[LedgerRow]:
-    "One row per headline claim of the seed papers, read from every committed seed: verdict, interval, seeds and why."
+           share: Optional[float] = None, adjusted: bool = True, family: Sequence[str] = CONTROL_SPECS) -> list[LedgerRow]:
+    "One row per headline claim of the seed papers, read from every committed seed (`adjusted`, `family`: the control's)."
     recs = load_results() if recs is None else recs
     gp = gpu_presets(recs)
     rows = []
@@ -924,11 +937,19 @@ def ledger(recs: Optional[Sequence[dict]] = None, claims: Sequence[Claim] = CLAI
         if c.protocol_note: why = f"{why} ({c.protocol_note})" if why else f"({c.protocol_note})"
         L = gather(c.a, recs, preset).train_len
         own = c.setting_note(L, recs, preset) if L and c.setting_note else ""
-        generated = window_setting(c, L, recs, preset) if L and reads_growth(c, why) else ""
+        generated = window_setting(c, L, recs, preset, family, adjusted) if L and reads_growth(c, why) else ""
         testable = not generated and not (own and c.note_blocks)
         rows.append(LedgerRow(c.paper, c.where, c.claim, _metric(c), c.numbers, book, seeds, iv,
                               verdict if testable else UNTESTABLE, why, g, files, join_notes(own, generated), testable, verdict))
     return rows
+
+
+def control_flips(recs: Optional[Sequence[dict]] = None, claims: Sequence[Claim] = CLAIMS, preset: str = "cpu",
+                  family: Sequence[str] = CONTROL_SPECS) -> list[tuple[str, str, str]]:
+    "The rows whose verdict differs between the control at Bonferroni coverage and at 95% each: (claim, adjusted, unadjusted)."
+    recs = load_results() if recs is None else recs
+    both = zip(ledger(recs, claims, preset, family=family), ledger(recs, claims, preset, adjusted=False, family=family))
+    return [(a.claim, a.verdict, u.verdict) for a, u in both if a.verdict != u.verdict]
 
 # %% ../nbs/57_evidence.ipynb #538f8bb2
 def _iv(iv: Optional[tuple]) -> str:
@@ -981,6 +1002,7 @@ def split_why(why: str) -> tuple[str, str, str]:
     return f"on {scale}: {decision}", head, protocol
 
 
+
 # %% ../nbs/57_evidence.ipynb #99884fbf
 def ledger_table(rows: Sequence[LedgerRow]) -> str:
     "The ledger as a five-column table: each verdict with its deciding phrase; notes and reasoning as footnotes."
@@ -993,14 +1015,17 @@ def ledger_table(rows: Sequence[LedgerRow]) -> str:
         gpu = "" if r.gpu == "—" else f"; GPU: {r.gpu}"
         own, control = split_note(r.setting)
         decide, reason, protocol = split_why(r.why)
-        if reason: own = f"{own}. The reading: {reason}" if own else f"The reading: {reason}"
+        if not r.testable:                                 # the reading only in brackets; its deciding phrase in the footnote
+            own = f"{own}. The reading: {reason + '; ' if reason else ''}{decide}" if own else f"The reading: {reason + '; ' if reason else ''}{decide}"
+        elif reason: own = f"{own}. The reading: {reason}" if own else f"The reading: {reason}"
         marks = "˒".join(filter(None, (mark(own), mark(control), mark(protocol and f"Scoring — {protocol}."))))
-        head = (f"**{r.verdict}**{marks}: interval shown for reference: " if not r.testable else
-                f"**{r.verdict}** (setting differs{marks}): " if r.setting else f"**{r.verdict}**{marks}: ")
+        head = (f"**{r.verdict}**{marks} (reading if testable: {r.reading})" if not r.testable else
+                f"**{r.verdict}** (setting differs{marks}): {decide}" if r.setting else f"**{r.verdict}**{marks}: {decide}")
         out.append(f"| **{r.claim}** — {src}; {r.metric.split(';')[0]} | {r.paper_numbers} | {r.book} | "
-                   f"{_iv(r.interval)} ({seed_list(r.seeds)}) | {head}{decide}{gpu} |")
+                   f"{_iv(r.interval)} ({seed_list(r.seeds)}) | {head}{gpu} |")
     foot = [f"{superscript(n)} {note}" for note, n in notes.items()]
     return "\n".join(out) + ("\n\n" + "\n\n".join(foot) if foot else "")
+
 
 
 # %% ../nbs/57_evidence.ipynb #69db3fdc

@@ -1,5 +1,6 @@
 """lengthx.evidence: a row read on growth is testable by the setting's positive control, not by its own result."""
 import dataclasses
+import re
 
 from lengthx import evidence as E
 
@@ -188,4 +189,32 @@ def test_an_untestable_row_has_one_verdict_and_keeps_its_interval():
     assert all(r.verdict == r.reading for r in rows if r.testable) and E.UNTESTABLE in E.VERDICT_MEANINGS
     line = E.count_line(rows)
     assert line.startswith(f"{len(rows) - len(untested)} testable here: ") and line.endswith(f"; {len(untested)} cannot test here")
-    assert "not reproduced" not in E.ledger_table(untested).split("\n\n")[0]          # no negative word on an untestable row
+    cells = [l.rsplit(" | ", 1)[1] for l in E.ledger_table(untested).split("\n\n")[0].splitlines()[2:]]
+    assert all(re.fullmatch(rf"\*\*cannot test here\*\*[¹²³⁴⁵⁶⁷⁸⁹⁰˒]+ \(reading if testable: {re.escape(r.reading)}\) \|", x)
+               for x, r in zip(cells, untested))                         # a negative word only as the reading, in brackets
+
+
+def test_the_control_coverage_choice_flips_rows_on_the_committed_data_and_none_for_a_family_of_one():
+    recs = E.load_results()
+    flips = E.control_flips(recs)
+    assert flips and all(a == E.UNTESTABLE and u != E.UNTESTABLE for _, a, u in flips)   # only untestable rows can flip
+    unadj = {r.claim: r for r in E.ledger(recs, adjusted=False)}
+    assert all(unadj[c].testable and unadj[c].verdict == u for c, _, u in flips)
+    assert E.control_flips(recs, family=E.CONTROL_SPECS[:1]) == []      # 1 − 0.05/1 = 95%: both readings the same
+    assert E.control_level(17, adjusted=False) == 0.95 and E.control_level(17) > 0.95
+
+
+def test_the_unadjusted_control_passes_a_member_the_adjusted_one_does_not():
+    almost = [0.99, 0.975, 0.995, 0.98, 0.99]                   # below the window at 95%, not at 1 − 0.05/3
+    recs = [rec({"alibi": FLAT, "kerple_log": FLAT, WIN: WINDOW, "transformer_xl": almost})]
+    assert E.context_use_control(N, L, recs, family=FAM3) == {}
+    assert set(E.context_use_control(N, L, recs, family=FAM3, adjusted=False)) == {"transformer_xl"}
+    assert E.window_setting(CLAIM, L, recs, family=FAM3) and E.window_setting(CLAIM, L, recs, family=FAM3, adjusted=False) == ""
+
+
+def test_a_growth_row_read_against_1_reports_its_reading_against_the_window_beside_it():
+    rows = {r.claim: r for r in E.ledger(E.load_results())}
+    rope, alibi = rows["RoPE breaks past L (growth above 1 at 16×)"], rows["ALiBi flat (growth not above 1 at 16×)"]
+    assert "reading against 1 is conservative here" in rope.book and "ln(g/g_window) [" in rope.book
+    assert "reading against 1 is lenient here" in alibi.book                 # the window grows below 1: 'not above 1' is easier
+    assert "g_window" not in rows["KERPLE-log below ALiBi at 16×"].book       # only rows read against a constant

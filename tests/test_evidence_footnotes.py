@@ -12,7 +12,8 @@ NOTE_B = "book's setting: another note"
 def table(*settings: str) -> str:
     "Rows with a note cannot be tested (verdict 'cannot test here'); rows without one are testable."
     return E.ledger_table([dataclasses.replace(ROW, claim=f"claim {i}", setting=s, testable=not s,
-                                               verdict=E.UNTESTABLE if s else ROW.verdict) for i, s in enumerate(settings)])
+                                               verdict=E.UNTESTABLE if s else ROW.verdict, reading=ROW.verdict)
+                           for i, s in enumerate(settings)])
 
 
 def test_setting_notes_become_numbered_marks_with_the_notes_under_the_table():
@@ -20,10 +21,12 @@ def test_setting_notes_become_numbered_marks_with_the_notes_under_the_table():
     rows, foot = t.split("\n\n", 1)
     lines = rows.splitlines()
     assert all(line.count("|") == 6 for line in lines)                   # still five columns
-    assert "**cannot test here**¹: interval shown for reference" in lines[2] and "**reproduced**:" in lines[3] and "**cannot test here**²:" in lines[4]
-    assert "**cannot test here**¹:" in lines[5]                                # a shared note keeps its number
-    assert "book's setting" not in rows                                  # the note text is no longer in the cell
-    assert foot.split("\n\n") == [f"¹ {NOTE_A}", f"² {NOTE_B}"]   # each note once, same text
+    assert "**cannot test here**¹ (reading if testable: reproduced) |" in lines[2] and "**reproduced**:" in lines[3]
+    assert "**cannot test here**² (reading if testable: reproduced) |" in lines[4]
+    assert "**cannot test here**¹ (reading" in lines[5]                        # a shared note keeps its number
+    assert "book's setting" not in rows and "on the paper's side" not in lines[2]   # the note and the deciding phrase left the cell
+    assert foot.split("\n\n") == [f"¹ {NOTE_A}. The reading: on the paper's side",
+                                   f"² {NOTE_B}. The reading: on the paper's side"]   # each note once, with its reading
 
 
 def test_no_notes_no_footnotes_and_marks_past_nine():
@@ -45,11 +48,12 @@ def test_the_shared_control_protocol_and_reasoning_are_footnotes_each_once_and_t
     why = ("read on growth: a long reasoning " + "words " * 20 + "; the interval is of ln(g_a/g_b): the interval contains 0 "
            "(paper: chunks; here: same targets)")
     rows = [dataclasses.replace(ROW, claim=f"claim {f}", setting=f"book's setting: own {f}; at {f}×, {CONTROL}; listed {f}",
-                                testable=False, verdict=E.UNTESTABLE, why=why) for f in (8, 16)]
+                                testable=False, verdict=E.UNTESTABLE, why=why, reading="not reproduced") for f in (8, 16)]
     t = E.ledger_table(rows)
     body, foot = t.split("\n\n", 1)
     assert t.count(CONTROL) == 1 and t.count("paper: chunks; here: same targets") == 1      # shared sentences once
     assert "words" not in body and "read on growth" not in body                             # reasoning left the cell
-    assert "**cannot test here**¹˒²˒³: interval shown for reference: on ln(g_a/g_b): the interval contains 0 |" in body
-    assert "**cannot test here**⁴˒²˒³:" in body and "at 16× the setting control fails; listed 16" in foot
+    assert "**cannot test here**¹˒²˒³ (reading if testable: not reproduced) |" in body
+    assert "The reading: read on growth: a long reasoning " + "words " * 20 + "; on ln(g_a/g_b): the interval contains 0" in foot
+    assert "**cannot test here**⁴˒²˒³ (reading" in body and "at 16× the setting control fails; listed 16" in foot
     assert f"² at the claim's factor, {CONTROL}" in foot and "The reading: read on growth: a long reasoning" in foot

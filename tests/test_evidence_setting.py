@@ -22,7 +22,8 @@ def test_the_t5_row_carries_the_setting_note_beside_its_verdict_and_the_note_cha
     row, bare = E.ledger(RECS, [t5])[0], E.ledger(RECS, [dataclasses.replace(t5, setting_note=None)])[0]
     assert "never got a gradient" in row.setting and "not T5's claim" in row.setting and bare.setting == ""
     assert row.verdict == E.UNTESTABLE and bare.verdict == bare.reading == row.reading
-    assert "**cannot test here**¹˒²:" in E.ledger_table([row]) and f"\n¹ {row.setting}" in E.ledger_table([row])   # a footnote
+    assert f"**cannot test here**¹˒² (reading if testable: {row.reading})" in E.ledger_table([row])
+    assert f"\n¹ {row.setting}. The reading: " in E.ledger_table([row])                                    # a footnote
     assert f"\n² Scoring — {E.NON_OVERLAPPING}." in E.ledger_table([row])                                  # and the protocol's
     assert (row.reading, row.interval, row.seeds) == (bare.reading, bare.interval, bare.seeds)
 
