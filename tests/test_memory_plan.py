@@ -66,7 +66,11 @@ def check(rows: list, hi: float = HI) -> None:
 def test_eval_estimate_holds_for_every_family():
     from lengthx.attention import _REGISTRY, known_pes
     specs = [_REGISTRY[n].examples[0] for n in known_pes()]     # one spec per family, wrappers around their example
-    check(measure("eval", [[s, T, B] for s in specs for T, B in CASES]))
+    # PaTH's forward leaves the heap of its process fragmented and resident, so the families measured after it in the
+    # same process read almost no rise (every one ~2.4 MiB at both lengths): it is measured in a process of its own
+    alone = [s for s in specs if s.split(":")[0] == "path"]
+    rows = measure("eval", [[s, T, B] for s in specs if s not in alone for T, B in CASES])
+    check(rows + measure("eval", [[s, T, B] for s in alone for T, B in CASES]))
 
 
 # layer patterns (chapter 14): a cheap first PE with a dearer one later (a logits hook, a shared bias, a row bias), two
