@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from .attention import Positions, attention, attention_at, build_pe, causal_mask, parse_spec, parts_on, pick_path
 from .bench import side_by_side, window_calls
-from .data import decode_utf8, default_cache_dir, stdlib_files
+from .data import decode_utf8, default_cache_dir, stdlib_files, stdlib_root
 from .evaluate import flops_per_second, format_bytes, memory_budget, protocol_windows
 from .pe.current import hf_layer_pattern
 from .pe.rotary import RoPE
@@ -41,16 +41,18 @@ from .pe.scaling import self_extend_relative
 # %% auto #0
 __all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'KNOWN_GGUF', 'GLOBAL_LAYERS', 'MATERIALIZED_SLOWDOWN',
            'ATTENTION_BLOCK', 'NATIVE_ATTENTION', 'NATIVE', 'NATIVE_TYPES', 'TINY_FAMILIES', 'PASSKEY_INTRO',
-           'PASSKEY_FILLER', 'PASSKEY_QUESTION', 'PRETRAINED_SETTINGS', 'SMOLLM2_ATTENTION', 'PARTS_METHODS', 'SHIPPED',
-           'PARTS_GOALS', 'PARTS_SETTINGS', 'NATIVE_FAMILIES', 'require_transformers', 'weights_location', 'check_gguf',
-           'gguf_checkpoint_dir', 'save_checkpoint', 'load_pretrained', 'RotaryFacts', 'rotary_facts', 'CausalLM',
-           'causal_lm', 'PeakMemory', 'document_tokens', 'scored_losses', 'ForwardCost', 'lm_forward_cost',
-           'check_forward_cost', 'lm_perplexity', 'model_spec', 'rotary_pe', 'half_to_interleaved', 'rotary_layout',
-           'LayerPE', 'sink_softmax', 'lengthx_attention', 'IdentityRotary', 'causal_padding_mask', 'Extension',
-           'extend', 'split_layer_spec', 'scaled_layers', 'native_layer_specs', 'extend_native', 'hf_rope_parameters',
-           'hf_twin', 'random_hf', 'tiny_hf', 'hf_agreement', 'padded_batch', 'extension_features', 'family_check',
-           'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer', 'passkey_grid',
-           'self_extend_reach', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid', 'grid_curves',
+           'PASSKEY_FILLER', 'PASSKEY_QUESTION', 'PRETRAINED_SETTINGS', 'GENERATED_FILES', 'LONG_DOCS_METHODS',
+           'LONG_DOCS_SETTINGS', 'SMOLLM2_ATTENTION', 'PARTS_METHODS', 'SHIPPED', 'PARTS_GOALS', 'PARTS_SETTINGS',
+           'NATIVE_FAMILIES', 'require_transformers', 'weights_location', 'check_gguf', 'gguf_checkpoint_dir',
+           'save_checkpoint', 'load_pretrained', 'RotaryFacts', 'rotary_facts', 'CausalLM', 'causal_lm', 'PeakMemory',
+           'document_tokens', 'scored_losses', 'ForwardCost', 'lm_forward_cost', 'check_forward_cost', 'lm_perplexity',
+           'model_spec', 'rotary_pe', 'half_to_interleaved', 'rotary_layout', 'LayerPE', 'sink_softmax',
+           'lengthx_attention', 'IdentityRotary', 'causal_padding_mask', 'Extension', 'extend', 'split_layer_spec',
+           'scaled_layers', 'native_layer_specs', 'extend_native', 'hf_rope_parameters', 'hf_twin', 'random_hf',
+           'tiny_hf', 'hf_agreement', 'padded_batch', 'extension_features', 'family_check', 'PasskeyPrompt',
+           'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer', 'passkey_grid', 'self_extend_reach',
+           'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid', 'grid_curves', 'long_documents',
+           'same_target_nll', 'passkey_keys', 'keyed_passkey', 'nll_by_length', 'timed', 'long_docs_grid',
            'attention_shaped_llama', 'extension_calls', 'controls', 'best_candidates', 'smollm2_rows', 'parts_grid',
            'tiny_native', 'native_agreement', 'finetune']
 
@@ -1088,6 +1090,100 @@ def grid_curves(result: dict, what: str = "ppl") -> dict[str, dict[int, float]]:
     "{spec: {length: value}} from a grid result (`what`: ppl, seconds or peak_bytes), lengths as sorted ints."
     return {spec: {int(L): v for L, v in sorted(row[what].items(), key=lambda kv: int(kv[0]))}
             for spec, row in result["ppl"].items()}
+
+# %% ../nbs/13_pretrained.ipynb #f47e51bf
+GENERATED_FILES = ("html/entities.py",)   # a generated table, not a document a model reads as text
+
+
+def long_documents(tok, min_tokens: int, n: int, seed: int = 0, exclude: Sequence[str] = ("encodings",),
+                   skip: Sequence[str] = GENERATED_FILES) -> list[tuple[str, Tensor]]:
+    "`n` stdlib files (every split) of at least `min_tokens` tokens, in a seeded order, each cut to its first `min_tokens`: one window per document."
+    root = stdlib_root()
+    files = [f for f in stdlib_files() if not set(f.relative_to(root).parts) & set(exclude)
+             and f.relative_to(root).as_posix() not in skip]
+    random.Random(seed).shuffle(files)
+    docs = []
+    for f in files:
+        if f.stat().st_size < min_tokens: continue   # a token is at least one byte: too short without tokenizing
+        ids = tok(decode_utf8(f.read_bytes())[0], add_special_tokens=False).input_ids
+        if len(ids) >= min_tokens: docs.append((f.relative_to(root).as_posix(), torch.tensor(ids[:min_tokens])))
+        if len(docs) == n: return docs
+    raise ValueError(f"only {len(docs)} stdlib files hold {min_tokens} tokens; ask for at most {len(docs)} documents")
+
+
+def same_target_nll(model, doc: Tensor, lengths: Sequence[int], k: int) -> dict[str, float]:
+    "Summed NLL (nats) of the document's last `k` tokens read with each context length: the same targets at every length."
+    end = len(doc) - 1                                    # targets doc[end − k + 1 … end]
+    if max(lengths) > end or k > min(lengths):
+        raise ValueError(f"a document of {len(doc)} tokens cannot score k={k} targets at lengths {list(lengths)}")
+    return {str(T): scored_losses(model, doc, [(end - T, T - k)], T).sum().item() for T in lengths}
+
+
+# %% ../nbs/13_pretrained.ipynb #cbaaa550
+def passkey_keys(n: int, seed: int = 0) -> list[tuple[str, float]]:
+    "`n` (key, depth) pairs: seeded 5-digit keys at depths spread evenly over [0, 1], the same for every method and length."
+    rng = random.Random(seed)
+    return [(random_key(rng), i / (n - 1) if n > 1 else 0.5) for i in range(n)]
+
+
+def keyed_passkey(model, tok, length: int, keys: Sequence[tuple[str, float]]) -> dict:
+    "Each key's exact match and log-likelihood in a prompt of `length` tokens (one teacher-forced forward each)."
+    runs = [passkey_trial(model, passkey_prompt(tok, length, depth, key)) for key, depth in keys]
+    return {"correct": [r["correct"] for r in runs], "logp": [r["logp"] for r in runs]}
+
+
+def nll_by_length(model, doc: Tensor, lengths: Sequence[int], k: int) -> dict:
+    "`same_target_nll` with the seconds each length took."
+    nll, secs = {}, {}
+    for T in lengths:
+        t = time.perf_counter()
+        nll.update(same_target_nll(model, doc, [T], k))
+        secs[str(T)] = round(time.perf_counter() - t, 2)
+    return {"nll": nll, "length_seconds": secs}
+
+
+def timed(fn, dev) -> dict:
+    "`fn()`'s result with the seconds it took and the peak memory it reached."
+    t = time.perf_counter()
+    with PeakMemory(dev) as mem: out = fn()
+    return {**out, "seconds": round(time.perf_counter() - t, 2), "peak_bytes": mem.peak}
+
+
+# %% ../nbs/13_pretrained.ipynb #830df20f
+LONG_DOCS_METHODS = ["rope", "yarn:s=2", "rope:dynamic=1", "ntk_by_parts:s=2", "dca", "string", "sinks",
+                     "rerope:logn=true", "self_extend:g=4:w=1024", "rope:pi=2", "llama3:s=2"]
+LONG_DOCS_SETTINGS = {   # per document: the same k targets at every length; passkey: the same keys at every length
+    "smoke": dict(model=SMOLLM2, train_len=8192, lengths=[128, 256], k=32, n_windows=2, seed=0,
+                  methods=["rope", "yarn:s=2"], passkey=dict(lengths=[160], trials=2)),
+    "cpu": dict(model=SMOLLM2, train_len=8192, lengths=[8192, 16384], k=512, n_windows=8, seed=0,
+                methods=LONG_DOCS_METHODS[:3], passkey=dict(lengths=[4096, 16384], trials=5)),
+    "gpu": dict(model=SMOLLM2, train_len=8192, lengths=[8192, 16384, 32768], k=512, n_windows=8, seed=0,
+                methods=LONG_DOCS_METHODS, passkey=dict(lengths=[4096, 8192, 16384, 32768], trials=10)),
+}
+
+
+def long_docs_grid(S: dict, progress: bool = True, *, loaded=None, step=None) -> dict:
+    """Per method: each long document's summed NLL on the same targets at every length, and each shared key's passkey result.
+
+    `step(key, fn)` runs or recalls one (method, document) or (method, length) item, so an interrupted run resumes."""
+    step = step or (lambda key, fn: fn())
+    model, tok = loaded if loaded is not None else load_pretrained(S["model"])
+    dev = next(_hf(model).parameters()).device
+    docs = long_documents(tok, max(S["lengths"]) + 1, S["n_windows"], S["seed"])
+    keys = passkey_keys(S["passkey"]["trials"], S["seed"])
+    ppl, passkey = {}, {}
+    for spec in _bar(S["methods"], progress, "methods"):
+        with extend(_hf(model), spec):
+            rows = [step(f"ppl|{spec}|{name}", lambda doc=doc: timed(
+                        lambda: nll_by_length(model, doc, S["lengths"], S["k"]), dev)) for name, doc in docs]
+            passkey[spec] = {str(T): step(f"passkey|{spec}|{T}", lambda T=T: timed(
+                                 lambda: keyed_passkey(model, tok, T, keys), dev)) for T in S["passkey"]["lengths"]}
+        ppl[spec] = {"nll": {str(T): [r["nll"][str(T)] for r in rows] for T in S["lengths"]},
+                     "seconds": {str(T): [r["length_seconds"][str(T)] for r in rows] for T in S["lengths"]},
+                     "peak_bytes": max(r["peak_bytes"] for r in rows)}
+    return {"model": S["model"], "train_len": S["train_len"], "rotary": vars(rotary_facts(model)), "k": S["k"],
+            "documents": [name for name, _ in docs], "keys": [list(kd) for kd in keys], "ppl": ppl, "passkey": passkey}
+
 
 # %% ../nbs/13_pretrained.ipynb #27b8df81
 SMOLLM2_ATTENTION = dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
