@@ -53,8 +53,8 @@ __all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'KNOWN_GGUF'
            'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer', 'passkey_grid', 'self_extend_reach',
            'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid', 'grid_curves', 'long_documents',
            'same_target_nll', 'passkey_keys', 'keyed_passkey', 'nll_by_length', 'timed', 'long_docs_grid',
-           'attention_shaped_llama', 'extension_calls', 'controls', 'best_candidates', 'smollm2_rows', 'parts_grid',
-           'tiny_native', 'native_agreement', 'finetune']
+           'attention_kind', 'hf_setting', 'cache_agrees', 'attention_shaped_llama', 'extension_calls', 'controls',
+           'best_candidates', 'smollm2_rows', 'parts_grid', 'tiny_native', 'native_agreement', 'finetune']
 
 # %% ../nbs/13_pretrained.ipynb #2e54b631
 SMOLLM2 = "smollm2-135m"
@@ -1186,6 +1186,31 @@ def long_docs_grid(S: dict, progress: bool = True, *, loaded=None, step=None) ->
                      "peak_bytes": max(r["peak_bytes"] for r in rows)}
     return {"model": S["model"], "train_len": S["train_len"], "rotary": vars(rotary_facts(model)), "k": S["k"],
             "documents": [name for name, _ in docs], "keys": [list(kd) for kd in keys], "caps": caps, "ppl": ppl, "passkey": passkey}
+
+
+# %% ../nbs/13_pretrained.ipynb #8c79ec25
+def attention_kind(spec: str, facts: RotaryFacts) -> str:
+    "'fused' when `spec` changes only the rotation (the flash sdpa kernel is kept), 'in parts' when it changes the scores."
+    pe = rotary_pe(spec, facts)
+    return "in parts" if pe.uses_logits or pe.uses_attend else "fused"
+
+
+def hf_setting(spec: str, facts: RotaryFacts) -> str:
+    "The `rope_parameters` to write in a Hugging Face config for `spec` (lists left out), or '—' where it has no such type."
+    try: p = hf_rope_parameters(spec, facts)
+    except ValueError: return "—"
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items() if not isinstance(v, list))
+
+
+@torch.no_grad()
+def cache_agrees(model, spec: str, prompt: Tensor, new: int = 6) -> bool:
+    "Greedy decoding with Hugging Face's KV cache under `spec` gives the tokens that full forwards give."
+    with extend(model, spec):
+        out = model.generate(prompt[None], attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             max_new_tokens=new, do_sample=False, pad_token_id=0)[0].tolist()
+        seq = prompt.tolist()
+        for _ in range(new): seq.append(int(model(torch.tensor([seq]), use_cache=False).logits[0, -1].argmax()))
+    return out == seq
 
 
 # %% ../nbs/13_pretrained.ipynb #27b8df81

@@ -61,7 +61,9 @@ def test_ntk_and_rerope_have_no_hf_twin_but_reduce_correctly(tiny):
     with pytest.raises(ValueError, match="no rope type"): hf_twin(tiny, "rope:ntk=4")
 
 
-@pytest.mark.parametrize("spec", ["yarn:s=4", "rope:dynamic=2", "rerope:w=6", "xpos"])
+@pytest.mark.parametrize("spec", ["yarn:s=4", "rope:dynamic=2", "rerope:w=6", "xpos", "rope:pi=2", "ntk_by_parts:s=2",
+                                  "llama3:s=2", "longrope:s=4", "rerope:logn=true", "self_extend:g=2:w=4", "dca", "string",
+                                  "sinks:n=2:window=8"])
 def test_cached_decoding_matches_the_full_forward(tiny, spec):
     "Greedy decoding with Hugging Face's cache goes through the decode path; it must agree with full forwards."
     prompt = torch.randint(2, 64, (2 * L,), generator=torch.Generator().manual_seed(2))
