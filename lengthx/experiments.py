@@ -499,7 +499,7 @@ def unit_pretrained(ctx: Context, S: dict, part: Partial) -> dict:
 
 def unit_long_docs(ctx: Context, S: dict, part: Partial) -> dict:
     "SmolLM2 read past its context inside long documents (the same targets at L and 2L) and passkey with shared keys (`lengthx.pretrained.long_docs_grid`), resumable per document."
-    return long_docs_grid(S, progress=ctx.progress, step=part.get)
+    return long_docs_grid(S, progress=ctx.progress, step=part.get, device=ctx.device)
 
 
 def unit_parts(ctx: Context, S: dict, part: Partial) -> dict:

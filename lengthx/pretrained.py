@@ -1163,12 +1163,12 @@ LONG_DOCS_SETTINGS = {   # per document: the same k targets at every length; pas
 }
 
 
-def long_docs_grid(S: dict, progress: bool = True, *, loaded=None, step=None) -> dict:
+def long_docs_grid(S: dict, progress: bool = True, *, loaded=None, step=None, device="cpu") -> dict:
     """Per method: each long document's summed NLL on the same targets at every length, and each shared key's passkey result.
 
     `step(key, fn)` runs or recalls one (method, document) or (method, length) item, so an interrupted run resumes."""
     step = step or (lambda key, fn: fn())
-    model, tok = loaded if loaded is not None else load_pretrained(S["model"])
+    model, tok = loaded if loaded is not None else load_pretrained(S["model"], device=device)
     dev = next(_hf(model).parameters()).device
     docs = long_documents(tok, max(S["lengths"]) + 1, S["n_windows"], S["seed"])
     keys = passkey_keys(S["passkey"]["trials"], S["seed"])
