@@ -1025,6 +1025,12 @@ def split_why(why: str) -> tuple[str, str, str]:
 # %% ../nbs/57_evidence.ipynb #99884fbf
 LISTED_RE = re.compile(r"; the claim's own 95% ln\(g/g_window\) against `([^`]+)`: (.*)$")
 SHORTER = (   # (pattern, replacement): the footnotes' shorter wording of the same facts
+    (r"^the bare bias is not shown to degrade here \(KERPLE-log grows (×[\d.]+) to (\d+)× on average, ([^,]+) over ([^,]+), "
+     r"95% interval of ln g (\[[^]]*\]), at most (×[\d.]+); (.*)\)$",
+     r"KERPLE-log, the bare bias, not shown to degrade: \1 to \2× on average (\3, \4), 95% ln g \5, at most \6; \7"),
+    (r"^the baseline (`[^`]+`) is not shown to degrade here \(\1 grows (×[\d.]+) to (\d+)× on average, ([^,]+) over ([^,]+), "
+     r"95% interval of ln g (\[[^]]*\]), at most (×[\d.]+)\)$",
+     r"\1 not shown to degrade: \2 to \3× on average (\4, \5), 95% ln g \6, at most \7"),
     (r"read on growth: the paper's gap at L \(ln ([\d.]+)/([\d.]+) = ([+-][\d.]+)\) is ([\d.]+) of its gap at (\d+)× "
      r"\(([+-][\d.]+)\), under ([\d/]+), so the paper's effect is growth", r"on growth: the paper's gap at L, ln \1/\2 = \3, is \4 of its \6 at \5× (under \7)"),
     (r"read on growth: the paper gives no numbers at L and the book's gap at L lies wholly on the other side, so the level at "
