@@ -26,17 +26,18 @@ from .results import CHECKSUM, device_of, load_results, result_dirs
 __all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES_PER_TOKEN', 'AT_L_SHARE', 'HERE',
            'NON_OVERLAPPING', 'LAST_256', 'PER_POSITION', 'WINDOW_YARDSTICK', 'CONTROL_FWER', 'CONTROL_SPECS',
            'PAPER_BIAS_PPL', 'PAPER_BIAS_SCORING', 'PAPER_BIAS_GROWTH', 'CLAIMS', 'VERDICTS', 'UNTESTABLE',
-           'VERDICT_MEANINGS', 'FLAT_GROWTH', 'FLAT_TOL', 'LEARNED_MARGIN', 'CONTROL_RE', 'PROTOCOL_RE',
-           'SCHEDULE_UNITS', 'READS_PREFIX', 'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather', 'level',
-           'growth', 'yardstick', 't_cdf', 't_quantile', 't975', 'paired_interval', 'Comparison', 'values_of',
+           'VERDICT_MEANINGS', 'FLAT_GROWTH', 'FLAT_TOL', 'LEARNED_MARGIN', 'CONTROL_RE', 'PROTOCOL_RE', 'LISTED_RE',
+           'SHORTER', 'SCHEDULE_UNITS', 'READS_PREFIX', 'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather',
+           'level', 'growth', 'yardstick', 't_cdf', 't_quantile', 't975', 'paired_interval', 'Comparison', 'values_of',
            'compare', 'window_ppl', 'compare_windows', 'Claim', 'share_range', 'per_byte', 't5_unseen_buckets',
            't5_setting', 'bipe_setting', 'growth_vs_window', 'reads_growth', 'committed_specs', 'control_family',
            'control_level', 'control_intervals', 'context_use_control', 'baseline_degrades', 'window_setting',
            'join_notes', 'paper_bias_growth', 'paper_bias_text', 'bare_bias_text', 'flat_bias_setting', 'LedgerRow',
-           'side', 'judge', 'log_ratios', 'log_interval', 'growth_reason', 'read_claim', 'gpu_presets', 'ledger',
-           'control_flips', 'seed_list', 'superscript', 'setting_notes', 'split_note', 'split_why', 'ledger_table',
-           'verdict_counts', 'count_line', 'judged_effect', 'setup_steps', 'seed_spread', 'schedule_table',
-           'payload_sha256', 'experiment_files', 'reads_line', 'reads', 'claims_about', 'chapter_ledger']
+           'side', 'judge', 'log_ratios', 'log_interval', 'growth_reason', 'fit_departure', 'read_claim', 'gpu_presets',
+           'ledger', 'control_flips', 'seed_list', 'superscript', 'setting_notes', 'split_note', 'split_why', 'compact',
+           'note_parts', 'ledger_table', 'verdict_counts', 'count_line', 'judged_effect', 'setup_steps', 'seed_spread',
+           'schedule_table', 'payload_sha256', 'experiment_files', 'reads_line', 'reads', 'claims_about',
+           'chapter_ledger']
 
 # %% ../nbs/57_evidence.ipynb #e16f7546
 # units whose rows are trained language models, `spec|seed=N`
@@ -526,7 +527,7 @@ def join_notes(own: str, generated: str) -> str:
 PAPER_BIAS_PPL = {   # source -> (training length, {test length: perplexity}) of the bare Kerple bias, as each table prints it
     "DAPE Table 7 on Books, B inferred to be Kerple": (512, {512: 19.68, 1024: 19.06, 2048: 20.44, 4096: 28.34, 8192: 39.31}),
     "DAPE v2 Table 1 on arXiv": (128, {128: 8.30, 256: 7.10, 512: 5.85, 1024: 6.91, 2048: 9.17, 4096: 11.48, 8192: 12.59}),
-    "KERPLE Table 3 on ArXiv": (512, {512: 6.07, 1024: 5.61, 2048: 5.22, 4096: 5.20, 8192: 5.01})}
+    "KERPLE Table 3 on GitHub": (512, {512: 3.40, 1024: 3.04, 2048: 2.86, 4096: 2.74, 8192: 2.71})}
 PAPER_BIAS_SCORING = {"DAPE": "the last 256 tokens", "KERPLE": "non-overlapping chunks"}   # how each source scores (by key's first word)
 
 
@@ -621,26 +622,26 @@ CLAIMS = [
 
 # %% ../nbs/57_evidence.ipynb #38447f36
 CLAIMS += [
-    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below ALiBi at 16×",
+    Claim("KERPLE", "KERPLE Table 3 (GitHub, train 512)", "KERPLE-log below ALiBi at 16×",
           "kerple_log", "alibi", "level", 16,
-          "<", 5.01, 5.74, "5.01 vs 5.74 at 8192; 6.07 vs 6.12 at 512",
-          protocol_note=NON_OVERLAPPING, paper_at_L=(6.07, 6.12)),
-    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "KERPLE-log below KERPLE-power at 4×",
+          "<", 2.71, 3.04, "2.71 vs 3.04 at 8192; 3.40 vs 3.42 at 512",
+          protocol_note=NON_OVERLAPPING, paper_at_L=(3.40, 3.42)),
+    Claim("KERPLE", "KERPLE Table 3 (GitHub, train 512)", "KERPLE-log below KERPLE-power at 4×",
           "kerple_log", "kerple_power",
-          "level", 4, "<", 5.22, 5.26, "5.22 vs 5.26 at 2048, significant by the paper's t-test (as at 1024); at 8192 "
-          "5.01 vs 5.06, not marked significant; 6.07 vs 6.10 at 512",
-          protocol_note=NON_OVERLAPPING, paper_at_L=(6.07, 6.10)),
+          "level", 4, "<", 2.86, 2.90, "2.86 vs 2.90 at 2048, significant by the paper's t-test; at 8192 "
+          "2.71 vs 2.76, not marked significant; 3.40 vs 3.42 at 512",
+          protocol_note=NON_OVERLAPPING, paper_at_L=(3.40, 3.42)),
     Claim("KERPLE", "KERPLE Figure 5 (GitHub, train 512, test 4096)", "KERPLE-log below its windowed model at 8×",
           "kerple_log",
           "window:w={L}:kerple_log", "level", 8, "<", None, None, "a figure: below at almost every position",
           protocol_note=PER_POSITION),
-    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "RoPE breaks past L (growth above 1 at 16×)", "rope", 1.0,
-          "growth", 16, ">", 54.3 / 6.07, 1.0, "6.07 → 54.3 at 8192", protocol_note=NON_OVERLAPPING),
-    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "ALiBi flat (growth not above 1 at 16×)",
-          "alibi", 1.0, "growth", 16, "≤", 5.74 / 6.12, 1.0, "6.12 → 5.74 at 8192", protocol_note=NON_OVERLAPPING),
-    Claim("KERPLE", "KERPLE Table 3 (arXiv, train 512)", "T5 flat (growth not above 1 at 16×)",
+    Claim("KERPLE", "KERPLE Table 3 (GitHub, train 512)", "RoPE breaks past L (growth above 1 at 16×)", "rope", 1.0,
+          "growth", 16, ">", 20.2 / 3.44, 1.0, "3.44 → 20.2 at 8192", protocol_note=NON_OVERLAPPING),
+    Claim("KERPLE", "KERPLE Table 3 (GitHub, train 512)", "ALiBi flat (growth not above 1 at 16×)",
+          "alibi", 1.0, "growth", 16, "≤", 3.04 / 3.42, 1.0, "3.42 → 3.04 at 8192", protocol_note=NON_OVERLAPPING),
+    Claim("KERPLE", "KERPLE Table 3 (GitHub, train 512)", "T5 flat (growth not above 1 at 16×)",
           "t5", 1.0, "growth", 16, "≤",
-          5.54 / 6.03, 1.0, "6.03 → 5.54 at 8192", protocol_note=NON_OVERLAPPING, setting_note=t5_setting),
+          2.95 / 3.38, 1.0, "3.38 → 2.95 at 8192", protocol_note=NON_OVERLAPPING, setting_note=t5_setting),
     Claim("BiPE", "BiPE §4.2, Figure 4 (PG19, train 1024)", "BiPE-ALiBi below ALiBi at 8×",
           "bipe:alibi", "alibi", "level", 8, "<", 25.24, 28.59, "25.24 vs 28.59 at 8192", protocol_note=NON_OVERLAPPING,
           setting_note=bipe_setting, note_blocks=False),
@@ -668,6 +669,7 @@ class LedgerRow:
     setting: str = ""        # where the book's setting differs from the paper's, or cannot test the claim: a footnote
     testable: bool = True    # False when a setting note says this setting cannot show the paper's effect (verdict 'cannot test here')
     reading: str = ""        # what the rules read from the interval (the verdict, where the row is testable; kept for reference)
+    departure: str = ""      # a fit gap at L far from the paper's own gap at L: a departure from the paper's setting
 
     def __getitem__(self, k: str):
         "Fields also as dict keys: row['verdict']."
@@ -903,6 +905,22 @@ def _che_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool) -> tuple:
     return book, seeds, iv, verdict, f"accuracy a − b paired over {len(diffs)} seeds: {why}", files
 
 # %% ../nbs/57_evidence.ipynb #d74ec0be
+def fit_departure(c: Claim, iv1: Optional[tuple]) -> str:
+    "The flag of a level claim whose book gap at L (interval iv1 of ln ratio per byte) excludes 0 and clears the paper's own gap at L, converted ('' otherwise)."
+    if c.paper_at_L is None or c.quantity != "level" or iv1 is None or side(iv1) == "≈": return ""
+    lo, hi = per_byte(math.log(c.paper_at_L[0] / c.paper_at_L[1]))
+    if lo <= iv1[1] and iv1[0] <= hi: return ""
+    return f"departs from the paper's setting at L: the book's gap there {_iv(iv1)}, the paper's [{lo:+.4f}, {hi:+.4f}] per byte"
+
+
+def _departure(c: Claim, recs: Sequence[dict], preset: str) -> str:
+    "`fit_departure` of a level claim past L, its gap at L read from every committed seed ('' for other claims)."
+    if c.quantity != "level" or c.factor <= 1 or c.paper_at_L is None: return ""
+    L = _train_len(c, recs, preset, False)
+    if not L: return ""
+    return fit_departure(c, log_interval(compare(c.a, c.b.format(L=L), "level", L, recs=recs, preset=preset)))
+
+# %% ../nbs/57_evidence.ipynb #d242bf50
 def _metric(c: Claim) -> str:
     "The quantity a claim reads, in words."
     return {"level": f"perplexity per byte at {c.factor}×, same targets; interval: ln(P_a/P_b) per byte",
@@ -940,10 +958,11 @@ def ledger(recs: Optional[Sequence[dict]] = None, claims: Sequence[Claim] = CLAI
         generated = window_setting(c, L, recs, preset, family, adjusted) if L and reads_growth(c, why) else ""
         testable = not generated and not (own and c.note_blocks)
         rows.append(LedgerRow(c.paper, c.where, c.claim, _metric(c), c.numbers, book, seeds, iv,
-                              verdict if testable else UNTESTABLE, why, g, files, join_notes(own, generated), testable, verdict))
+                              verdict if testable else UNTESTABLE, why, g, files, join_notes(own, generated), testable, verdict,
+                              _departure(c, recs, preset)))
     return rows
 
-
+# %% ../nbs/57_evidence.ipynb #1b18553d
 def control_flips(recs: Optional[Sequence[dict]] = None, claims: Sequence[Claim] = CLAIMS, preset: str = "cpu",
                   family: Sequence[str] = CONTROL_SPECS) -> list[tuple[str, str, str]]:
     "The rows whose verdict differs between the control at Bonferroni coverage and at 95% each: (claim, adjusted, unadjusted)."
@@ -1004,25 +1023,89 @@ def split_why(why: str) -> tuple[str, str, str]:
 
 
 # %% ../nbs/57_evidence.ipynb #99884fbf
+LISTED_RE = re.compile(r"; the claim's own 95% ln\(g/g_window\) against `([^`]+)`: (.*)$")
+SHORTER = (   # (pattern, replacement): the footnotes' shorter wording of the same facts
+    (r"^the bare bias is not shown to degrade here \(KERPLE-log grows (×[\d.]+) to (\d+)× on average, ([^,]+) over ([^,]+), "
+     r"95% interval of ln g (\[[^]]*\]), at most (×[\d.]+); (.*)\)$",
+     r"KERPLE-log, the bare bias, not shown to degrade: \1 to \2× on average (\3, \4), 95% ln g \5, at most \6; \7"),
+    (r"^the baseline (`[^`]+`) is not shown to degrade here \(\1 grows (×[\d.]+) to (\d+)× on average, ([^,]+) over ([^,]+), "
+     r"95% interval of ln g (\[[^]]*\]), at most (×[\d.]+)\)$",
+     r"\1 not shown to degrade: \2 to \3× on average (\4, \5), 95% ln g \6, at most \7"),
+    (r"read on growth: the paper's gap at L \(ln ([\d.]+)/([\d.]+) = ([+-][\d.]+)\) is ([\d.]+) of its gap at (\d+)× "
+     r"\(([+-][\d.]+)\), under ([\d/]+), so the paper's effect is growth", r"on growth: the paper's gap at L, ln \1/\2 = \3, is \4 of its \6 at \5× (under \7)"),
+    (r"read on growth: the paper gives no numbers at L and the book's gap at L lies wholly on the other side, so the level at "
+     r"(\d+)× understates the growth; judged against the level effect, assuming the paper's gap at L is about 0",
+     r"on growth: no paper numbers at L, and the book's gap at L is on the other side, so the level at \1× understates growth; "
+     r"judged against the level effect, the paper's gap at L taken as 0"),
+    (r"the book's gap at L is ln ratio (\[[^]]*\]) \(fit, not growth\)", r"the book's gap at L \1: fit, not growth"),
+    (r"the book's gap at L is ln ratio (\[[^]]*\]) \(not told from 0\)", r"the book's gap at L \1, not told from 0"),
+    (r"on ln\(g_a/g_b\): the interval contains 0 and ", "ln(g_a/g_b) contains 0 and "),
+    (r"95% interval of ln g", "95% ln g"), (r"is not shown to degrade here", "is not shown to degrade"),
+)
+
+
+def compact(text: str) -> str:
+    "A footnote's text in `SHORTER`'s wording (the same numbers and facts)."
+    for pat, rep in SHORTER: text = re.sub(pat, rep, text)
+    return text
+
+
+def _cap(text: str) -> str:
+    "The text with its first letter a capital."
+    return text[:1].upper() + text[1:]
+
+# %% ../nbs/57_evidence.ipynb #49b1e514
+def note_parts(setting: str) -> tuple[str, str, str, str, str]:
+    "A row's setting note as (hand-attached note, generated own part, factor, window, listed intervals); '' where absent."
+    hand, gen = (setting.split(". Also, ", 1) if ". Also, " in setting else
+                 ("", setting) if CONTROL_RE.search(setting) else (setting, ""))
+    hand = hand.removeprefix("book's setting: ")
+    m = CONTROL_RE.search(gen)
+    if not m: return hand, gen.removeprefix("book's setting: "), "", "", ""
+    own = gen[:m.start()].removeprefix("book's setting: ").rstrip("; ")
+    lm = LISTED_RE.fullmatch(gen[m.end():])
+    if not lm: return hand, split_note(gen)[0].removeprefix("book's setting: "), "", "", ""   # no list: the row keeps it all
+    return hand, own, m.group(1), lm.group(1), lm.group(2)
+
+
+def _merged_lists(rows: Sequence[LedgerRow]) -> dict[str, str]:
+    "Per factor whose control fails: one footnote with the window and every listed interval once, in first-seen order."
+    got: dict[str, tuple[str, dict]] = {}
+    for r in rows:
+        _, _, n, win, listed = note_parts(r.setting)
+        if not n: continue
+        entries = got.setdefault(n, (win, {}))[1]
+        for e in re.findall(r"`[^`]+` (?:\[[^]]*\]|—)", listed): entries.setdefault(e, None)
+    return {n: f"At {n}× the setting control fails; 95% ln(g/g_window) against `{win}`: {', '.join(es)}"
+            for n, (win, es) in got.items()}
+
+# %% ../nbs/57_evidence.ipynb #0302f8fb
 def ledger_table(rows: Sequence[LedgerRow]) -> str:
-    "The ledger as a five-column table: each verdict with its deciding phrase; notes and reasoning as footnotes."
-    # the shared control sentence and each scoring protocol get one footnote each, marked on every row they apply to
+    "The ledger as a five-column table: each verdict with its deciding phrase; notes and reasoning as short footnotes, each once."
+    # a hand-attached note, each factor's control list, the control sentence and each scoring protocol: one footnote each
     notes: dict[str, int] = {}
     mark = lambda note: superscript(notes.setdefault(note, len(notes) + 1)) if note else ""
+    lists = _merged_lists(rows)
+    shared = {h for h in (note_parts(r.setting)[0] for r in rows) if h and sum(note_parts(q.setting)[0] == h for q in rows) > 1}
     out = ["| claim (source; measure) | paper | book | 95% interval of ln(a/b) | verdict, and why |", "|---" * 5 + "|"]
     for r in rows:
         src = r.where if r.paper.lower() in r.where.lower() else f"{r.paper}, {r.where}"
         gpu = "" if r.gpu == "—" else f"; GPU: {r.gpu}"
-        own, control = split_note(r.setting)
+        hand, own, n, _, _ = note_parts(r.setting)
+        control = split_note(r.setting)[1]
         decide, reason, protocol = split_why(r.why)
-        if not r.testable:                                 # the reading only in brackets; its deciding phrase in the footnote
-            own = f"{own}. The reading: {reason + '; ' if reason else ''}{decide}" if own else f"The reading: {reason + '; ' if reason else ''}{decide}"
-        elif reason: own = f"{own}. The reading: {reason}" if own else f"The reading: {reason}"
-        marks = "˒".join(filter(None, (mark(own), mark(control), mark(protocol and f"Scoring — {protocol}."))))
+        reading = "; ".join(filter(None, (reason, decide if not r.testable else "")))
+        alone = "" if hand in shared else hand                    # a note on one row only stays in that row's footnote
+        own = ". ".join(filter(None, (_cap(compact(alone)) if alone else "", _cap(compact(own)) if own else "",
+                                      f"The reading: {compact(reading)}" if reading else "")))
+        marks = "˒".join(filter(None, (mark(hand in shared and _cap(compact(hand))), mark(own), mark(lists.get(n, "")),
+                                       mark(control and control.replace("at the claim's factor, ", "The setting control, failing at the row's factor: ", 1)),
+                                       mark(protocol and f"Scoring — {protocol}."))))
         head = (f"**{r.verdict}**{marks} (reading if testable: {r.reading})" if not r.testable else
                 f"**{r.verdict}** (setting differs{marks}): {decide}" if r.setting else f"**{r.verdict}**{marks}: {decide}")
+        flag = f"; *{r.departure}*" if r.departure else ""
         out.append(f"| **{r.claim}** — {src}; {r.metric.split(';')[0]} | {r.paper_numbers} | {r.book} | "
-                   f"{_iv(r.interval)} ({seed_list(r.seeds)}) | {head}{gpu} |")
+                   f"{_iv(r.interval)} ({seed_list(r.seeds)}) | {head}{flag}{gpu} |")
     foot = [f"{superscript(n)} {note}" for note, n in notes.items()]
     return "\n".join(out) + ("\n\n" + "\n\n".join(foot) if foot else "")
 
@@ -1044,10 +1127,10 @@ def count_line(rows: Sequence[LedgerRow]) -> str:
     return head + (f"; {untested} {UNTESTABLE}" if untested else "")
 
 
-def judged_effect(c: Claim, r: LedgerRow) -> Optional[tuple]:
-    "The paper's converted effect a language-model row was judged against (None: no number, a yardstick or a 'not above' claim)."
+def judged_effect(c: Claim, r: LedgerRow, bpt: tuple = None) -> Optional[tuple]:
+    "The paper's converted effect a language-model row was judged against (None: no number, a yardstick or a 'not above' claim); `bpt`: another bytes-per-token range."
     if c.quantity not in ("level", "growth") or c.expect == "≤" or (c.yardstick and "read against `" in r.why): return None
-    return (c.growth_effect() or c.effect()) if "read on growth" in r.why else c.effect()
+    return (c.growth_effect(bpt) or c.effect(bpt)) if "read on growth" in r.why else c.effect(bpt)
 
 # %% ../nbs/57_evidence.ipynb #e7726a84
 SCHEDULE_UNITS = ("schedule",)   # the longer-schedule runs: their own setup, never mixed with the main one

@@ -85,7 +85,7 @@ def test_not_above_is_two_sided_with_a_stated_tolerance():
 
 def test_share_ranges_from_two_decimal_rounding():
     assert tuple(round(x, 3) for x in E.share_range(claim("CDAPE below DAPE"))) == (0.196, 0.313)
-    assert round(E.share_range(claim("KERPLE-log below KERPLE-power"))[0], 3) == 0.344
+    assert tuple(round(x, 3) for x in E.share_range(claim("KERPLE-log below KERPLE-power"))) == (0.169, 0.845)   # GitHub column
     assert E.share_range(claim("ALiBi flat")) is None
 
 

@@ -79,8 +79,8 @@ def test_the_committed_claims_carry_the_papers_numbers_at_L():
     assert by["CDAPE below DAPE at 8×"].paper_at_L == (8.15, 8.21)
     assert by["f(QKᵀ,B) below f(B) at 16×"].paper_at_L == (19.22, 19.64)
     assert by["f(B) below the bare bias at 16×"].paper_at_L == (19.64, 19.68)
-    assert by["KERPLE-log below ALiBi at 16×"].paper_at_L == (6.07, 6.12)
-    assert by["KERPLE-log below KERPLE-power at 4×"].paper_at_L == (6.07, 6.10)
+    assert by["KERPLE-log below ALiBi at 16×"].paper_at_L == (3.40, 3.42)             # KERPLE Table 3, GitHub column
+    assert by["KERPLE-log below KERPLE-power at 4×"].paper_at_L == (3.40, 3.42)
     assert all(c.paper_at_L is None for c in E.CLAIMS if c.paper == "BiPE")      # Figure 4: no numbers at L
     shares = [c.share_at_L() for c in E.CLAIMS if c.paper_at_L]
     assert all(abs(s - E.AT_L_SHARE) > 0.05 for s in shares)    # no claim sits on the line within the papers' rounding

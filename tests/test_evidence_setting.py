@@ -22,8 +22,9 @@ def test_the_t5_row_carries_the_setting_note_beside_its_verdict_and_the_note_cha
     row, bare = E.ledger(RECS, [t5])[0], E.ledger(RECS, [dataclasses.replace(t5, setting_note=None)])[0]
     assert "never got a gradient" in row.setting and "not T5's claim" in row.setting and bare.setting == ""
     assert row.verdict == E.UNTESTABLE and bare.verdict == bare.reading == row.reading
-    assert f"**cannot test here**¹˒² (reading if testable: {row.reading})" in E.ledger_table([row])
-    assert f"\n¹ {row.setting}. The reading: " in E.ledger_table([row])                                    # a footnote
+    assert f"**cannot test here**¹˒² (reading if testable: {row.reading})" in E.ledger_table([row])   # note and reading, scoring
+    note = row.setting.removeprefix("book's setting: ")
+    assert f"\n¹ {note[0].upper()}{note[1:]}. The reading: " in E.ledger_table([row])                                    # a footnote
     assert f"\n² Scoring — {E.NON_OVERLAPPING}." in E.ledger_table([row])                                  # and the protocol's
     assert (row.reading, row.interval, row.seeds) == (bare.reading, bare.interval, bare.seeds)
 
@@ -36,7 +37,8 @@ def test_bipe_rows_carry_the_segment_note():
 
 def test_kerple_power_is_read_at_4x_with_the_papers_significant_2048_numbers():
     c = claim("KERPLE-log below KERPLE-power")
-    assert (c.factor, c.paper_a, c.paper_b) == (4, 5.22, 5.26) and "2048" in c.numbers and "not marked significant" in c.numbers
+    assert (c.factor, c.paper_a, c.paper_b) == (4, 2.86, 2.90) and "2048" in c.numbers and "not marked significant" in c.numbers
+    assert "GitHub" in c.where and all("GitHub" in k.where for k in E.CLAIMS if k.where.startswith("KERPLE Table 3"))
 
 
 def test_transformer_xl_row_reads_as_a_sentence():
@@ -60,7 +62,8 @@ def test_remedy_rows_carry_the_measured_flat_bias_note_and_keep_their_verdicts()
         own, control = E.split_note(row.setting)                      # the shared control sentence: its own footnote
         assert control and "at 16× the setting control fails" in own and "no encoding of the control's" not in own
         table = E.ledger_table([row])
-        assert "**cannot test here**¹˒²" in table and f"\n¹ {own}" in table and f"\n² {control}" in table
+        assert "**cannot test here**¹˒²˒³˒⁴" in table and "\n² At 16× the setting control fails; 95% ln(g/g_window) against " in table
+        assert "\n³ The setting control, failing at the row's factor: no encoding of the control's" in table
         assert (row.reading, row.interval, row.seeds) == (bare.reading, bare.interval, bare.seeds)
     assert E.ledger(RECS, [claim("KERPLE-log below its windowed model")])[0].setting == ""   # the control's own question
     assert "no encoding of the control's fixed family is told apart below" in E.ledger(RECS, [claim("DAPE-Kerple below Kerple")])[0].setting  # 8×: the adjusted control fails
