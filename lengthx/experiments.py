@@ -35,7 +35,7 @@ from .evaluate import PROTOCOL, perplexity, position_losses
 from .model import GPT, GPTConfig, build_model_pe, check_model_spec, flops_per_token, map_pes
 from .pe.cdape import delta_p
 from .pe.window import with_window
-from .pretrained import LONG_DOCS_SETTINGS, PARTS_SETTINGS, PRETRAINED_SETTINGS, long_docs_grid, parts_grid, pretrained_grid
+from .pretrained import LONG_DOCS_MORE, LONG_DOCS_SETTINGS, PARTS_SETTINGS, PRETRAINED_SETTINGS, long_docs_grid, parts_grid, pretrained_grid
 from .recall import cot_experiment, recall_experiment
 from .results import (BUDGET_NAMES, SCHEMA, UNITS, check_clean, committed_results, device_of, is_result, load_results,
                              final_record, lengthx_checkout, load_results, pick, provenance_line, read_results, result_dirs,
@@ -189,6 +189,7 @@ def unit_settings(unit: str, budget: str, *, seed: int = 0, corpus: str = "stdli
                 "windowed": "kerple_log"}
     if unit == "pretrained": return dict(PRETRAINED_SETTINGS["smoke" if small else "cpu" if budget == "cpu" else "gpu"])
     if unit == "long_docs": return dict(LONG_DOCS_SETTINGS["smoke" if small else "cpu" if budget == "cpu" else "gpu"])
+    if unit == "long_docs_more": return dict(LONG_DOCS_MORE["smoke" if small else "cpu"])   # the GPU preset of long_docs holds every method
     if unit == "parts": return dict(PARTS_SETTINGS["smoke" if small else "cpu"])   # CPU measurements on every budget
     if unit == "baselines": return {**lm, "specs": _SMALL["baselines"] if small else BASELINES, "seeds": [seed]}
     if unit == "bipe_table":   # the main unit's settings, the table's rows = train_len (so no row is out of training's reach)
@@ -581,7 +582,7 @@ def unit_zero_shot(ctx: Context, S: dict, part: Partial) -> dict:
 LM_ROW_UNITS = ("main", "seeds", "more_seeds", "cdape", "baselines", "successors", "current", "path", "schedule")   # rows `spec|seed=N`
 RUNNERS = {"main": lm_rows, "seeds": lm_rows, "more_seeds": lm_rows, "schedule": lm_rows, "cdape": lm_rows, "baselines": lm_rows, "successors": lm_rows, "bipe_table": lm_rows, "kerple_params": unit_kerple_params, "protocols": unit_protocols, "position": unit_position,
            "che": unit_che, "recall": unit_recall, "cot": unit_cot, "cost": unit_cost, "sweep": unit_sweep,
-           "peers": unit_peers, "dape_fast": unit_dape_fast, "pretrained": unit_pretrained, "long_docs": unit_long_docs, "parts": unit_parts,
+           "peers": unit_peers, "dape_fast": unit_dape_fast, "pretrained": unit_pretrained, "long_docs": unit_long_docs, "long_docs_more": unit_long_docs, "parts": unit_parts,
            "che_budget": unit_che_budget, "zero_shot": unit_zero_shot, "current": lm_rows, "path": lm_rows,
            "che_current": partial(unit_che, name="che_current"), "che_more": partial(unit_che, name="che_more"), "recall_current": unit_recall, "cost_current": unit_cost}
 

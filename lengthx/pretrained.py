@@ -42,19 +42,20 @@ from .pe.scaling import self_extend_relative
 __all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'KNOWN_GGUF', 'GLOBAL_LAYERS', 'MATERIALIZED_SLOWDOWN',
            'ATTENTION_BLOCK', 'NATIVE_ATTENTION', 'NATIVE', 'NATIVE_TYPES', 'TINY_FAMILIES', 'PASSKEY_INTRO',
            'PASSKEY_FILLER', 'PASSKEY_QUESTION', 'PRETRAINED_SETTINGS', 'GENERATED_FILES', 'LONG_DOCS_METHODS',
-           'LONG_DOCS_SETTINGS', 'SMOLLM2_ATTENTION', 'PARTS_METHODS', 'SHIPPED', 'PARTS_GOALS', 'PARTS_SETTINGS',
-           'NATIVE_FAMILIES', 'require_transformers', 'weights_location', 'check_gguf', 'gguf_checkpoint_dir',
-           'save_checkpoint', 'load_pretrained', 'RotaryFacts', 'rotary_facts', 'CausalLM', 'causal_lm', 'PeakMemory',
-           'document_tokens', 'scored_losses', 'ForwardCost', 'lm_forward_cost', 'check_forward_cost', 'lm_perplexity',
-           'model_spec', 'rotary_pe', 'half_to_interleaved', 'rotary_layout', 'LayerPE', 'sink_softmax',
-           'lengthx_attention', 'IdentityRotary', 'causal_padding_mask', 'Extension', 'extend', 'split_layer_spec',
-           'scaled_layers', 'native_layer_specs', 'extend_native', 'hf_rope_parameters', 'hf_twin', 'random_hf',
-           'tiny_hf', 'hf_agreement', 'padded_batch', 'extension_features', 'family_check', 'PasskeyPrompt',
-           'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer', 'passkey_grid', 'self_extend_reach',
-           'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid', 'grid_curves', 'long_documents',
-           'same_target_nll', 'passkey_keys', 'keyed_passkey', 'nll_by_length', 'timed', 'long_docs_grid',
-           'attention_kind', 'hf_setting', 'cache_agrees', 'attention_shaped_llama', 'extension_calls', 'controls',
-           'best_candidates', 'smollm2_rows', 'parts_grid', 'tiny_native', 'native_agreement', 'finetune']
+           'LONG_DOCS_SETTINGS', 'LONG_DOCS_MORE', 'SMOLLM2_ATTENTION', 'PARTS_METHODS', 'SHIPPED', 'PARTS_GOALS',
+           'PARTS_SETTINGS', 'NATIVE_FAMILIES', 'require_transformers', 'weights_location', 'check_gguf',
+           'gguf_checkpoint_dir', 'save_checkpoint', 'load_pretrained', 'RotaryFacts', 'rotary_facts', 'CausalLM',
+           'causal_lm', 'PeakMemory', 'document_tokens', 'scored_losses', 'ForwardCost', 'lm_forward_cost',
+           'check_forward_cost', 'lm_perplexity', 'model_spec', 'rotary_pe', 'half_to_interleaved', 'rotary_layout',
+           'LayerPE', 'sink_softmax', 'lengthx_attention', 'IdentityRotary', 'causal_padding_mask', 'Extension',
+           'extend', 'split_layer_spec', 'scaled_layers', 'native_layer_specs', 'extend_native', 'hf_rope_parameters',
+           'hf_twin', 'random_hf', 'tiny_hf', 'hf_agreement', 'padded_batch', 'extension_features', 'family_check',
+           'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer', 'passkey_grid',
+           'self_extend_reach', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid', 'grid_curves',
+           'long_documents', 'same_target_nll', 'passkey_keys', 'keyed_passkey', 'nll_by_length', 'timed',
+           'long_docs_grid', 'attention_kind', 'hf_setting', 'cache_agrees', 'attention_shaped_llama',
+           'extension_calls', 'controls', 'best_candidates', 'smollm2_rows', 'parts_grid', 'tiny_native',
+           'native_agreement', 'finetune']
 
 # %% ../nbs/13_pretrained.ipynb #2e54b631
 SMOLLM2 = "smollm2-135m"
@@ -797,6 +798,7 @@ def hf_rope_parameters(spec: str, facts: RotaryFacts) -> dict:
         if opts.get("pi") is not None: return {**base, "rope_type": "linear", "factor": opts["pi"]}
         if opts.get("dynamic") is not None: return {**base, "rope_type": "dynamic", "factor": opts["dynamic"]}
         return {**base, "rope_type": "default"}
+    if name == "yarn" and opts.get("dynamic"): raise ValueError("Hugging Face has no dynamic YaRN (its yarn type is static)")
     if name == "yarn":
         return {**base, "rope_type": "yarn", "factor": opts.get("s", 8.0), "original_max_position_embeddings": L,
                 "beta_fast": opts.get("beta_fast", 32.0), "beta_slow": opts.get("beta_slow", 1.0)}
@@ -1150,8 +1152,8 @@ def timed(fn, dev) -> dict:
 
 
 # %% ../nbs/13_pretrained.ipynb #830df20f
-LONG_DOCS_METHODS = ["rope", "yarn:s=2", "rope:dynamic=1", "ntk_by_parts:s=2", "dca", "string", "sinks",
-                     "rerope:logn=true", "self_extend:g=4:w=1024", "rope:pi=2", "llama3:s=2"]
+LONG_DOCS_METHODS = ["rope", "yarn:s=2", "rope:dynamic=1", "yarn:dynamic=true", "ntk_by_parts:s=2", "logn:rope", "dca",
+                     "string", "sinks", "rerope:logn=true", "self_extend:g=4:w=1024", "rope:pi=2", "llama3:s=2"]
 LONG_DOCS_SETTINGS = {   # per document: the same k targets at every length; passkey: the same keys at every length
     "smoke": dict(model=SMOLLM2, train_len=8192, lengths=[128, 256], k=32, n_windows=2, seed=0,
                   methods=["rope", "yarn:s=2"], passkey=dict(lengths=[160], trials=2)),
@@ -1160,6 +1162,10 @@ LONG_DOCS_SETTINGS = {   # per document: the same k targets at every length; pas
                 caps={"rope": 8192}),   # as shipped, read only inside its context: the yardstick (its failure past L is above)
     "gpu": dict(model=SMOLLM2, train_len=8192, lengths=[8192, 16384, 32768], k=512, n_windows=8, seed=0,
                 methods=LONG_DOCS_METHODS, passkey=dict(lengths=[4096, 8192, 16384, 32768], trials=10)),
+}
+LONG_DOCS_MORE = {   # the rest of the methods on the same documents and keys: several CPU sessions, resumable
+    "smoke": dict(LONG_DOCS_SETTINGS["smoke"], methods=["yarn:dynamic=true", "dca"]),
+    "cpu": dict(LONG_DOCS_SETTINGS["cpu"], methods=LONG_DOCS_METHODS[3:], caps={}),
 }
 
 

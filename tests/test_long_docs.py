@@ -87,3 +87,13 @@ def test_grid_rows_resume_and_equal_their_parts(tiny):
     assert g["keys"] == [list(k) for k in passkey_keys(2, 0)] and len(g["passkey"]["yarn:s=2"]["400"]["correct"]) == 2
     def no_work(key, fn): return kept[key]
     assert long_docs_grid(S, progress=False, loaded=(tiny, _CharTok()), step=no_work) == g
+
+
+def test_the_decision_table_names_only_settings_hugging_face_has():
+    from lengthx.pretrained import RotaryFacts, attention_kind, hf_setting
+    f = RotaryFacts(base=1e5, head_dim=64, n_heads=9, n_kv_heads=3, original_max_len=8192, rot_dim=64)
+    assert hf_setting("yarn:s=2", f).startswith("rope_theta=100000, rope_type=yarn, factor=2")
+    assert hf_setting("rope:dynamic=1", f) == "rope_theta=100000, rope_type=dynamic, factor=1"
+    assert hf_setting("yarn:dynamic=true", f) == hf_setting("dca", f) == hf_setting("logn:rope", f) == "—"
+    assert [attention_kind(s, f) for s in ("rope", "yarn:s=2", "dca", "string", "rerope:logn=true")] == \
+        ["fused", "fused", "in parts", "in parts", "in parts"]
