@@ -24,20 +24,21 @@ from .results import CHECKSUM, device_of, load_results, result_dirs
 
 # %% auto #0
 __all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES_PER_TOKEN', 'AT_L_SHARE', 'HERE',
-           'NON_OVERLAPPING', 'LAST_256', 'PER_POSITION', 'WINDOW_YARDSTICK', 'CONTROL_FWER', 'CONTROL_SPECS',
-           'PAPER_BIAS_PPL', 'PAPER_BIAS_SCORING', 'PAPER_BIAS_GROWTH', 'CLAIMS', 'VERDICTS', 'UNTESTABLE',
-           'VERDICT_MEANINGS', 'FLAT_GROWTH', 'FLAT_TOL', 'LEARNED_MARGIN', 'CONTROL_RE', 'PROTOCOL_RE', 'LISTED_RE',
-           'SHORTER', 'SCHEDULE_UNITS', 'READS_PREFIX', 'METADATA', 'setup_key', 'Seeds', 'lm_records', 'gather',
-           'level', 'growth', 'yardstick', 't_cdf', 't_quantile', 't975', 'paired_interval', 'Comparison', 'values_of',
-           'compare', 'window_ppl', 'compare_windows', 'Claim', 'share_range', 'per_byte', 't5_unseen_buckets',
-           't5_setting', 'bipe_setting', 'growth_vs_window', 'reads_growth', 'committed_specs', 'control_family',
-           'control_level', 'control_intervals', 'context_use_control', 'baseline_degrades', 'window_setting',
-           'join_notes', 'paper_bias_growth', 'paper_bias_text', 'bare_bias_text', 'flat_bias_setting', 'LedgerRow',
-           'side', 'judge', 'log_ratios', 'log_interval', 'growth_reason', 'fit_departure', 'read_claim', 'gpu_presets',
-           'ledger', 'control_flips', 'seed_list', 'superscript', 'setting_notes', 'split_note', 'split_why', 'compact',
-           'note_parts', 'ledger_table', 'verdict_counts', 'count_line', 'judged_effect', 'setup_steps', 'seed_spread',
-           'schedule_table', 'payload_sha256', 'experiment_files', 'reads_line', 'reads', 'claims_about',
-           'chapter_ledger']
+           'NON_OVERLAPPING', 'LAST_256', 'PER_POSITION', 'CHE_PAPER_STEPS', 'WINDOW_YARDSTICK', 'CONTROL_FWER',
+           'CONTROL_SPECS', 'PAPER_BIAS_PPL', 'PAPER_BIAS_SCORING', 'PAPER_BIAS_GROWTH', 'CLAIMS', 'VERDICTS',
+           'UNTESTABLE', 'VERDICT_MEANINGS', 'FLAT_GROWTH', 'FLAT_TOL', 'LEARNED_MARGIN', 'COST_SCALE',
+           'SCHEDULE_UNITS', 'READS_PREFIX', 'METADATA', 'CONTROL_RE', 'PROTOCOL_RE', 'LISTED_RE', 'SHORTER',
+           'setup_key', 'Seeds', 'lm_records', 'gather', 'level', 'growth', 'yardstick', 't_cdf', 't_quantile', 't975',
+           'paired_interval', 'Comparison', 'values_of', 'compare', 'window_ppl', 'compare_windows', 'Claim',
+           'share_range', 'per_byte', 't5_unseen_buckets', 't5_setting', 'bipe_setting', 'che_setting',
+           'growth_vs_window', 'reads_growth', 'committed_specs', 'control_family', 'control_level',
+           'control_intervals', 'context_use_control', 'baseline_degrades', 'window_setting', 'join_notes',
+           'paper_bias_growth', 'paper_bias_text', 'bare_bias_text', 'flat_bias_setting', 'LedgerRow', 'side', 'judge',
+           'log_ratios', 'log_interval', 'growth_reason', 'fit_departure', 'read_claim', 'gpu_presets',
+           'interval_scale', 'paper_effect', 'ledger', 'control_flips', 'seed_list', 'verdict_counts', 'count_line',
+           'judged_effect', 'ledger_summary', 'setup_steps', 'seed_spread', 'schedule_table', 'payload_sha256',
+           'experiment_files', 'reads_line', 'reads', 'claims_about', 'chapter_ledger', 'superscript', 'setting_notes',
+           'split_note', 'split_why', 'compact', 'note_parts', 'ledger_table']
 
 # %% ../nbs/57_evidence.ipynb #e16f7546
 # units whose rows are trained language models, `spec|seed=N`
@@ -441,6 +442,24 @@ def bipe_setting(L: int, recs: Optional[Sequence[dict]] = None, preset: str = "c
             "counts them), so the inter-segment encoding is trained on segment distances of a few; the paper pre-trains on "
             "1024-token windows of the Pile (prose and code) and evaluates on PG19's books, whose windows hold many sentences")
 
+# %% ../nbs/57_evidence.ipynb #74eeeffe
+CHE_PAPER_STEPS = 200_000   # DAPE Table 2: trained at length 40 for 200k steps (the paper does not state its seed count)
+
+
+def che_setting(L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu", task: str = "even_pairs") -> str:
+    "The CHE claim's note: steps and seeds here against the paper's, and the encodings that learned `task` in distribution here."
+    recs = load_results() if recs is None else recs
+    got = [r for r in recs if r["unit"] == "che" and r["preset"] == preset and device_of(r) == "cpu"]
+    if not got: return ""
+    r, seeds = got[0], sorted({int(q["settings"].get("seed", 0)) for q in got})
+    runs = {pe: r["result"]["runs"][f"{task}|{pe}"] for pe in r["settings"]["pes"] if f"{task}|{pe}" in r["result"]["runs"]}
+    learned = [f"`{pe}` {x['ind']:.2f}" for pe, x in runs.items() if x["ind"] >= x["chance"] + LEARNED_MARGIN]
+    return (f"book's setting: trained {int(r['settings']['steps']):,} steps, {seed_list(seeds)}; the paper trains "
+            f"{CHE_PAPER_STEPS:,} steps (its seed count is not stated). In the same run ({Path(r['file']).name}), the "
+            f"encodings that learned {task} in distribution (accuracy at least chance + {LEARNED_MARGIN}): "
+            + (", ".join(learned) or "none"))
+
+
 # %% ../nbs/57_evidence.ipynb #e84ae470
 WINDOW_YARDSTICK = "window:w={L}:kerple_log"   # the windowed model a growth reading must be told apart from
 CONTROL_FWER = 0.05                              # the control's family-wise error: its chance of passing when no encoding differs
@@ -608,7 +627,7 @@ CLAIMS = [
           "time cost, batch 1: 224 ms vs 190 ms (1.18×; 1.14× at 2.7B, 1.08× at 6.7B); the book times a training step"),
     Claim("DAPE", "DAPE Table 2 (CHE, train 40; Kerple in the randomized columns)",
           "DAPE-Kerple above Kerple on even pairs", "dape:kerple_log", "kerple_log", "che", 1, ">", 99.58, 57.50,
-          "99.58% vs 57.50% (randomized Kerple)"),
+          "99.58% vs 57.50% (randomized Kerple)", setting_note=che_setting, note_blocks=False),
     Claim("CDAPE", "DAPE v2 Table 1 (arXiv, train 128)", "CDAPE below DAPE at 8×",
           "cdape:k=3:kerple_log", "dape:kerple_log", "level", 8, "<", 5.05, 5.20,
           "5.05 vs 5.20 at 1024; 8.15 vs 8.21 at 128", paper_at_L=(8.15, 8.21)),
@@ -670,6 +689,8 @@ class LedgerRow:
     testable: bool = True    # False when a setting note says this setting cannot show the paper's effect (verdict 'cannot test here')
     reading: str = ""        # what the rules read from the interval (the verdict, where the row is testable; kept for reference)
     departure: str = ""      # a fit gap at L far from the paper's own gap at L: a departure from the paper's setting
+    scale: str = ""          # the scale the interval is on: ln(a/b) per byte, ln(g_a/g_b), ln(g/g_window), ln g, accuracy difference
+    effect: str = ""         # the paper's effect on that scale (per byte where converted), for the compact table
 
     def __getitem__(self, k: str):
         "Fields also as dict keys: row['verdict']."
@@ -806,7 +827,7 @@ def _level_past_L(c: Claim, bspec, L: int, book: str, iv, verdict: str, why: str
     if reason: return _on_growth(c, bspec, L, book + text, iv, iv1, ivg, reason, recs, preset, gpu)
     return (book + text, iv) + _fit_only(c, verdict, why, iv, iv1, ivg)
 
-# %% ../nbs/57_evidence.ipynb #823711cc
+# %% ../nbs/57_evidence.ipynb #82d21ef6
 def _against_window(c: Claim, L: int, book: str, iv, recs, preset: str, gpu: bool) -> tuple:
     "A growth-below-1 claim: judged against a windowed model (its own, else another's); unresolved with under two of its seeds."
     win, whose = _yardstick_reading(c, L, recs, preset, gpu)
@@ -828,6 +849,8 @@ def _train_len(c: Claim, recs, preset: str, gpu: bool) -> int:
     return a.train_len or next((gather(s, recs, preset, gpu).train_len for s in ("alibi", "rope") if gather(s, recs, preset, gpu).rows), 0)
 
 
+
+# %% ../nbs/57_evidence.ipynb #a204f49f
 def _lm_row(c: Claim, recs: Sequence[dict], preset: str, gpu: bool, share: Optional[float] = None) -> tuple:
     "A language-model claim in the rules table's steps: judge the level or growth, then a level claim past L, then a yardstick claim."
     L = _train_len(c, recs, preset, gpu)
@@ -920,7 +943,7 @@ def _departure(c: Claim, recs: Sequence[dict], preset: str) -> str:
     if not L: return ""
     return fit_departure(c, log_interval(compare(c.a, c.b.format(L=L), "level", L, recs=recs, preset=preset)))
 
-# %% ../nbs/57_evidence.ipynb #d242bf50
+# %% ../nbs/57_evidence.ipynb #2e34257f
 def _metric(c: Claim) -> str:
     "The quantity a claim reads, in words."
     return {"level": f"perplexity per byte at {c.factor}×, same targets; interval: ln(P_a/P_b) per byte",
@@ -940,6 +963,28 @@ def gpu_presets(recs: Sequence[dict]) -> list[str]:
     return sorted({r["preset"] for r in recs if r["unit"] in LM_UNITS and device_of(r) != "cpu"})
 
 
+COST_SCALE = "step-time ratio a/b (order only)"
+
+
+def interval_scale(c: Claim, why: str) -> str:
+    "The scale of a row's interval: the deciding rule's (read on growth, against the window), else the claim's quantity's."
+    if c.quantity in ("cost", "che"): return {"cost": COST_SCALE, "che": "accuracy difference a − b"}[c.quantity]
+    if "the interval is of " in why: return why.rsplit("the interval is of ", 1)[1].split(":", 1)[0]
+    if c.quantity == "growth": return "ln g" if _is_const(c.b) else "ln(g_a/g_b)"
+    return "ln(a/b) per byte"
+
+
+def paper_effect(c: Claim, scale: str) -> str:
+    "The paper's effect on the row's scale, as the rules judge it: converted per byte, a ratio, or an accuracy difference."
+    if c.quantity == "cost": return f"{c.paper_a / c.paper_b:.2f}×"
+    if c.quantity == "che": return f"{(c.paper_a - c.paper_b) / 100:+.3f}"
+    if c.expect == "≤": return f"flat: up to {FLAT_TOL:+.3f}"
+    if scale == "ln(g/g_window)": return "no number"
+    e = (c.growth_effect() or c.effect()) if c.quantity == "level" and scale == "ln(g_a/g_b)" else c.effect()
+    return "no number" if e is None else f"[{e[0]:+.3f}, {e[1]:+.3f}]"
+
+
+# %% ../nbs/57_evidence.ipynb #990e0803
 def ledger(recs: Optional[Sequence[dict]] = None, claims: Sequence[Claim] = CLAIMS, preset: str = "cpu",
            share: Optional[float] = None, adjusted: bool = True, family: Sequence[str] = CONTROL_SPECS) -> list[LedgerRow]:
     "One row per headline claim of the seed papers, read from every committed seed (`adjusted`, `family`: the control's)."
@@ -952,6 +997,7 @@ def ledger(recs: Optional[Sequence[dict]] = None, claims: Sequence[Claim] = CLAI
         if gp:
             gb, gs, giv, gv, gw, gf = read_claim(c, recs, gp[0], gpu=True, share=share)
             g, files = f"{gv} ({gp[0]}, {len(gs)} seeds)", sorted(set(files) | set(gf))
+        scale = interval_scale(c, why)
         if c.protocol_note: why = f"{why} ({c.protocol_note})" if why else f"({c.protocol_note})"
         L = gather(c.a, recs, preset).train_len
         own = c.setting_note(L, recs, preset) if L and c.setting_note else ""
@@ -959,7 +1005,7 @@ def ledger(recs: Optional[Sequence[dict]] = None, claims: Sequence[Claim] = CLAI
         testable = not generated and not (own and c.note_blocks)
         rows.append(LedgerRow(c.paper, c.where, c.claim, _metric(c), c.numbers, book, seeds, iv,
                               verdict if testable else UNTESTABLE, why, g, files, join_notes(own, generated), testable, verdict,
-                              _departure(c, recs, preset)))
+                              _departure(c, recs, preset), scale, paper_effect(c, scale)))
     return rows
 
 # %% ../nbs/57_evidence.ipynb #1b18553d
@@ -983,6 +1029,136 @@ def seed_list(seeds: Sequence[int]) -> str:
     if len(s) == 1: return f"seed {s[0]}"
     if len(s) > 2 and s == list(range(s[0], s[-1] + 1)): return f"seeds {s[0]}–{s[-1]}"
     return "seeds " + ", ".join(map(str, s))
+
+# %% ../nbs/57_evidence.ipynb #69db3fdc
+def verdict_counts(rows: Sequence[LedgerRow]) -> dict[str, tuple[int, int]]:
+    "Per verdict (in `VERDICTS` order, absent ones left out): (rows testable here, rows whose setting cannot test the claim)."
+    got = {v: (sum(r.verdict == v and r.testable for r in rows), sum(r.verdict == v and not r.testable for r in rows)) for v in VERDICTS}
+    return {v: n for v, n in got.items() if sum(n)}
+
+
+def count_line(rows: Sequence[LedgerRow]) -> str:
+    "The ledger's verdict counts, testable rows first: '12 testable here: 6 reproduced, …; 5 cannot test here'."
+    counts = verdict_counts(rows)
+    testable = {v: t for v, (t, _) in counts.items() if t}
+    head = f"{sum(testable.values())} testable here: " + ", ".join(f"{t} {v}" for v, t in testable.items())
+    untested = sum(u for _, u in counts.values())
+    return head + (f"; {untested} {UNTESTABLE}" if untested else "")
+
+
+def judged_effect(c: Claim, r: LedgerRow, bpt: tuple = None) -> Optional[tuple]:
+    "The paper's converted effect a language-model row was judged against (None: no number, a yardstick or a 'not above' claim); `bpt`: another bytes-per-token range."
+    if c.quantity not in ("level", "growth") or c.expect == "≤" or (c.yardstick and "read against `" in r.why): return None
+    return (c.growth_effect(bpt) or c.effect(bpt)) if "read on growth" in r.why else c.effect(bpt)
+
+# %% ../nbs/57_evidence.ipynb #0f852626
+def ledger_summary(rows: Sequence[LedgerRow]) -> str:
+    "The ledger as a compact table: the paper's effect and the book's interval on the scale named per row, and the verdict."
+    out = ["| claim (paper) | paper's effect | book: 95% interval (seeds) | scale of both | verdict |", "|---" * 5 + "|"]
+    for r in rows:
+        book = r.book if r.scale == COST_SCALE else f"{_iv(r.interval)} ({seed_list(r.seeds)})"
+        verdict = f"**{r.verdict}**" + (f" (would read {r.reading})" if not r.testable else "; setting differs" if r.setting else "")
+        out.append(f"| {r.claim} ({r.paper}) | {r.effect or '—'} | {book} | {r.scale or '—'} | {verdict} |")
+    return "\n".join(out)
+
+
+# %% ../nbs/57_evidence.ipynb #e7726a84
+SCHEDULE_UNITS = ("schedule",)   # the longer-schedule runs: their own setup, never mixed with the main one
+
+
+def setup_steps(recs: Sequence[dict], preset: str = "cpu", units: Sequence[str] = LM_UNITS) -> Optional[int]:
+    "Training steps of the setup that `units` gather at `preset` (None when nothing is committed)."
+    got = lm_records(recs, preset, False, units)
+    return int(got[0]["settings"]["steps"]) if got else None
+
+
+def _sd(xs: Sequence[float]) -> Optional[float]:
+    "Sample standard deviation (n - 1), or None with fewer than two values."
+    if len(xs) < 2: return None
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def seed_spread(spec: str, length: int, recs: Sequence[dict], preset: str = "cpu",
+                units: Sequence[str] = LM_UNITS, seeds: Optional[Sequence[int]] = None) -> dict:
+    "Growth to `length` per seed in one setup and the spread of ln g over those seeds (optionally only `seeds`)."
+    g = values_of(spec, "growth", length, recs, preset, False, units)[0]
+    if seeds is not None: g = {n: v for n, v in g.items() if n in set(seeds)}
+    return {"spec": spec, "steps": setup_steps(recs, preset, units), "seeds": sorted(g), "growth": g,
+            "sd_log": _sd([math.log(v) for v in g.values()])}
+
+
+def schedule_table(recs: Sequence[dict], factor: int = 16, preset: str = "cpu") -> list[dict]:
+    "Per encoding of the longer-schedule unit: ln g's spread over the same seeds at the book's steps and at the longer ones."
+    long_recs = lm_records(recs, preset, False, SCHEDULE_UNITS)
+    if not long_recs: return []
+    L = factor * int(long_recs[0]["settings"]["train_len"])
+    rows = []
+    for spec in long_recs[0]["settings"]["specs"]:
+        lng = seed_spread(spec, L, recs, preset, SCHEDULE_UNITS)
+        short = seed_spread(spec, L, recs, preset, LM_UNITS, seeds=lng["seeds"])
+        both = sorted(set(lng["seeds"]) & set(short["seeds"]))
+        rows.append({"spec": spec, "seeds": both, "short": short, "long": lng,
+                     "ratio": (lng["sd_log"] / short["sd_log"]) if lng["sd_log"] and short["sd_log"] else None})
+    return rows
+
+# %% ../nbs/57_evidence.ipynb #153a3946
+READS_PREFIX = "Committed results read:"
+
+
+METADATA = (CHECKSUM, "provenance", "reattested")      # keys that say how a result was made, not what it is
+
+
+def payload_sha256(path: Union[str, Path]) -> str:
+    "SHA-256 of a result file's payload: its JSON without `METADATA`, canonical (sorted keys, no spaces), in hex."
+    obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    body = {k: v for k, v in obj.items() if k not in METADATA} if isinstance(obj, dict) else obj
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+# %% ../nbs/57_evidence.ipynb #b3777157
+def _result_path(f) -> Path:
+    "A result file from a record (its 'file'), a path, or a bare name looked up in `result_dirs()`."
+    if isinstance(f, dict): return Path(f["file"])
+    p = Path(f)
+    if p.exists(): return p
+    hit = next((d / p.name for d in result_dirs() if (d / p.name).exists()), None)
+    if hit is None: raise ValueError(f"no result file {p.name} in {[str(d) for d in result_dirs()]}")
+    return hit
+
+
+def experiment_files(p: Path) -> list[Path]:
+    "A language-model file's whole experiment (every committed file `gather` reads with it: same budget, device, settings); else [p]."
+    rec = json.loads(Path(p).read_text(encoding="utf-8"))
+    if not isinstance(rec, dict) or rec.get("unit") not in LM_UNITS or not {"preset", "settings"} <= set(rec): return [p]
+    same = [Path(r["file"]) for r in lm_records(load_results(), rec["preset"], device_of(rec) != "cpu")
+            if setup_key(r["settings"]) == setup_key(rec["settings"])]
+    return same if any(q.name == Path(p).name for q in same) else [p]
+
+
+def reads_line(*files) -> str:
+    "The provenance line of `reads`: each file (with the rest of its seeds' experiment) and the first 16 hex digits of its payload hash."
+    paths = {q.name: q for p in map(_result_path, files) for q in experiment_files(p)}
+    return READS_PREFIX + " " + ", ".join(f"{n} (payload sha256 {payload_sha256(p)[:16]})" for n, p in sorted(paths.items()))
+
+
+def reads(*files) -> None:
+    "Print the line that records which committed result files (records, paths or names) this chapter's outputs were made from."
+    if not files: raise ValueError("reads() needs at least one result file (a record from load_results, a path or a name)")
+    print(reads_line(*files))
+
+# %% ../nbs/57_evidence.ipynb #8ccd8a90
+def claims_about(*specs: str) -> list[Claim]:
+    "The ledger's claims that name one of `specs` on either side (the rows a method chapter shows)."
+    if not specs: raise ValueError("claims_about needs at least one spec, e.g. claims_about('kerple_log')")
+    return [c for c in CLAIMS if c.a in specs or c.b in specs]
+
+
+def chapter_ledger(*specs: str, recs: Optional[Sequence[dict]] = None, papers: Sequence[str] = ()) -> str:
+    "The ledger rows about `specs` (only `papers`' claims, if given) as a markdown table, after printing the `reads` line."
+    rows = ledger(recs, [c for c in claims_about(*specs) if not papers or c.paper in papers])
+    files = sorted({f for r in rows for f in r.files})
+    if files: reads(*files)
+    return ledger_table(rows)
 
 # %% ../nbs/57_evidence.ipynb #da8ccf30
 def superscript(n: int) -> str:
@@ -1087,10 +1263,11 @@ def ledger_table(rows: Sequence[LedgerRow]) -> str:
     mark = lambda note: superscript(notes.setdefault(note, len(notes) + 1)) if note else ""
     lists = _merged_lists(rows)
     shared = {h for h in (note_parts(r.setting)[0] for r in rows) if h and sum(note_parts(q.setting)[0] == h for q in rows) > 1}
-    out = ["| claim (source; measure) | paper | book | 95% interval of ln(a/b) | verdict, and why |", "|---" * 5 + "|"]
+    out = ["| claim (source; measure) | paper | book | 95% interval, its scale (seeds) | verdict, and why |", "|---" * 5 + "|"]
     for r in rows:
         src = r.where if r.paper.lower() in r.where.lower() else f"{r.paper}, {r.where}"
         gpu = "" if r.gpu == "—" else f"; GPU: {r.gpu}"
+        scale = f" {r.scale}" if r.scale and r.interval is not None else ""
         hand, own, n, _, _ = note_parts(r.setting)
         control = split_note(r.setting)[1]
         decide, reason, protocol = split_why(r.why)
@@ -1105,127 +1282,8 @@ def ledger_table(rows: Sequence[LedgerRow]) -> str:
                 f"**{r.verdict}** (setting differs{marks}): {decide}" if r.setting else f"**{r.verdict}**{marks}: {decide}")
         flag = f"; *{r.departure}*" if r.departure else ""
         out.append(f"| **{r.claim}** — {src}; {r.metric.split(';')[0]} | {r.paper_numbers} | {r.book} | "
-                   f"{_iv(r.interval)} ({seed_list(r.seeds)}) | {head}{flag}{gpu} |")
+                   f"{_iv(r.interval)}{scale} ({seed_list(r.seeds)}) | {head}{flag}{gpu} |")
     foot = [f"{superscript(n)} {note}" for note, n in notes.items()]
     return "\n".join(out) + ("\n\n" + "\n\n".join(foot) if foot else "")
 
 
-
-# %% ../nbs/57_evidence.ipynb #69db3fdc
-def verdict_counts(rows: Sequence[LedgerRow]) -> dict[str, tuple[int, int]]:
-    "Per verdict (in `VERDICTS` order, absent ones left out): (rows testable here, rows whose setting cannot test the claim)."
-    got = {v: (sum(r.verdict == v and r.testable for r in rows), sum(r.verdict == v and not r.testable for r in rows)) for v in VERDICTS}
-    return {v: n for v, n in got.items() if sum(n)}
-
-
-def count_line(rows: Sequence[LedgerRow]) -> str:
-    "The ledger's verdict counts, testable rows first: '12 testable here: 6 reproduced, …; 5 cannot test here'."
-    counts = verdict_counts(rows)
-    testable = {v: t for v, (t, _) in counts.items() if t}
-    head = f"{sum(testable.values())} testable here: " + ", ".join(f"{t} {v}" for v, t in testable.items())
-    untested = sum(u for _, u in counts.values())
-    return head + (f"; {untested} {UNTESTABLE}" if untested else "")
-
-
-def judged_effect(c: Claim, r: LedgerRow, bpt: tuple = None) -> Optional[tuple]:
-    "The paper's converted effect a language-model row was judged against (None: no number, a yardstick or a 'not above' claim); `bpt`: another bytes-per-token range."
-    if c.quantity not in ("level", "growth") or c.expect == "≤" or (c.yardstick and "read against `" in r.why): return None
-    return (c.growth_effect(bpt) or c.effect(bpt)) if "read on growth" in r.why else c.effect(bpt)
-
-# %% ../nbs/57_evidence.ipynb #e7726a84
-SCHEDULE_UNITS = ("schedule",)   # the longer-schedule runs: their own setup, never mixed with the main one
-
-
-def setup_steps(recs: Sequence[dict], preset: str = "cpu", units: Sequence[str] = LM_UNITS) -> Optional[int]:
-    "Training steps of the setup that `units` gather at `preset` (None when nothing is committed)."
-    got = lm_records(recs, preset, False, units)
-    return int(got[0]["settings"]["steps"]) if got else None
-
-
-def _sd(xs: Sequence[float]) -> Optional[float]:
-    "Sample standard deviation (n - 1), or None with fewer than two values."
-    if len(xs) < 2: return None
-    m = sum(xs) / len(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
-
-
-def seed_spread(spec: str, length: int, recs: Sequence[dict], preset: str = "cpu",
-                units: Sequence[str] = LM_UNITS, seeds: Optional[Sequence[int]] = None) -> dict:
-    "Growth to `length` per seed in one setup and the spread of ln g over those seeds (optionally only `seeds`)."
-    g = values_of(spec, "growth", length, recs, preset, False, units)[0]
-    if seeds is not None: g = {n: v for n, v in g.items() if n in set(seeds)}
-    return {"spec": spec, "steps": setup_steps(recs, preset, units), "seeds": sorted(g), "growth": g,
-            "sd_log": _sd([math.log(v) for v in g.values()])}
-
-
-def schedule_table(recs: Sequence[dict], factor: int = 16, preset: str = "cpu") -> list[dict]:
-    "Per encoding of the longer-schedule unit: ln g's spread over the same seeds at the book's steps and at the longer ones."
-    long_recs = lm_records(recs, preset, False, SCHEDULE_UNITS)
-    if not long_recs: return []
-    L = factor * int(long_recs[0]["settings"]["train_len"])
-    rows = []
-    for spec in long_recs[0]["settings"]["specs"]:
-        lng = seed_spread(spec, L, recs, preset, SCHEDULE_UNITS)
-        short = seed_spread(spec, L, recs, preset, LM_UNITS, seeds=lng["seeds"])
-        both = sorted(set(lng["seeds"]) & set(short["seeds"]))
-        rows.append({"spec": spec, "seeds": both, "short": short, "long": lng,
-                     "ratio": (lng["sd_log"] / short["sd_log"]) if lng["sd_log"] and short["sd_log"] else None})
-    return rows
-
-# %% ../nbs/57_evidence.ipynb #153a3946
-READS_PREFIX = "Committed results read:"
-
-
-METADATA = (CHECKSUM, "provenance", "reattested")      # keys that say how a result was made, not what it is
-
-
-def payload_sha256(path: Union[str, Path]) -> str:
-    "SHA-256 of a result file's payload: its JSON without `METADATA`, canonical (sorted keys, no spaces), in hex."
-    obj = json.loads(Path(path).read_text(encoding="utf-8"))
-    body = {k: v for k, v in obj.items() if k not in METADATA} if isinstance(obj, dict) else obj
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
-
-# %% ../nbs/57_evidence.ipynb #b3777157
-def _result_path(f) -> Path:
-    "A result file from a record (its 'file'), a path, or a bare name looked up in `result_dirs()`."
-    if isinstance(f, dict): return Path(f["file"])
-    p = Path(f)
-    if p.exists(): return p
-    hit = next((d / p.name for d in result_dirs() if (d / p.name).exists()), None)
-    if hit is None: raise ValueError(f"no result file {p.name} in {[str(d) for d in result_dirs()]}")
-    return hit
-
-
-def experiment_files(p: Path) -> list[Path]:
-    "A language-model file's whole experiment (every committed file `gather` reads with it: same budget, device, settings); else [p]."
-    rec = json.loads(Path(p).read_text(encoding="utf-8"))
-    if not isinstance(rec, dict) or rec.get("unit") not in LM_UNITS or not {"preset", "settings"} <= set(rec): return [p]
-    same = [Path(r["file"]) for r in lm_records(load_results(), rec["preset"], device_of(rec) != "cpu")
-            if setup_key(r["settings"]) == setup_key(rec["settings"])]
-    return same if any(q.name == Path(p).name for q in same) else [p]
-
-
-def reads_line(*files) -> str:
-    "The provenance line of `reads`: each file (with the rest of its seeds' experiment) and the first 16 hex digits of its payload hash."
-    paths = {q.name: q for p in map(_result_path, files) for q in experiment_files(p)}
-    return READS_PREFIX + " " + ", ".join(f"{n} (payload sha256 {payload_sha256(p)[:16]})" for n, p in sorted(paths.items()))
-
-
-def reads(*files) -> None:
-    "Print the line that records which committed result files (records, paths or names) this chapter's outputs were made from."
-    if not files: raise ValueError("reads() needs at least one result file (a record from load_results, a path or a name)")
-    print(reads_line(*files))
-
-# %% ../nbs/57_evidence.ipynb #8ccd8a90
-def claims_about(*specs: str) -> list[Claim]:
-    "The ledger's claims that name one of `specs` on either side (the rows a method chapter shows)."
-    if not specs: raise ValueError("claims_about needs at least one spec, e.g. claims_about('kerple_log')")
-    return [c for c in CLAIMS if c.a in specs or c.b in specs]
-
-
-def chapter_ledger(*specs: str, recs: Optional[Sequence[dict]] = None, papers: Sequence[str] = ()) -> str:
-    "The ledger rows about `specs` (only `papers`' claims, if given) as a markdown table, after printing the `reads` line."
-    rows = ledger(recs, [c for c in claims_about(*specs) if not papers or c.paper in papers])
-    files = sorted({f for r in rows for f in r.files})
-    if files: reads(*files)
-    return ledger_table(rows)
