@@ -541,7 +541,7 @@ PE_COLOURS = {"black": "#000000", "blue": "#0072B2", "vermillion": "#D55E00", "g
               "orange": "#E69F00", "pink": "#CC79A7", "sky": "#56B4E9", "indigo": "#332288", "wine": "#882255",
               "olive": "#999933", "teal": "#44AA99", "purple": "#AA4499", "grey": "#777777",
               "brown": "#8C510A", "gold": "#C9A227", "magenta": "#EE3377", "crimson": "#CC0033", "violet": "#9900FF",
-              "pear": "#BBCC33", "lavender": "#9977FF", "plum": "#550055"}
+              "pear": "#BBCC33", "lavender": "#9977FF", "plum": "#550055", "amber": "#FFB000"}
 PE_STYLE = {   # family -> (colour, marker): a colour per group of related methods, a marker per member
     "nope": ("black", "o"), "sinusoidal": ("black", "s"), "learned": ("black", "^"),
     "rope": ("blue", "o"), "xpos": ("blue", "s"), "prope": ("blue", "^"), "temp": ("blue", "D"),
@@ -560,6 +560,7 @@ PE_STYLE = {   # family -> (colour, marker): a colour per group of related metho
 }
 PE_OPTION_STYLE = {   # (family, option) -> (colour, marker): an option that names a method of its own (chapter 12)
     ("rope", "pi"): ("brown", "o"), ("rope", "ntk"): ("gold", "s"), ("rope", "dynamic"): ("magenta", "^"),
+    ("yarn", "dynamic"): ("amber", "P"),   # dynamic YaRN: beside static YaRN (sky) and RoPE (blue)
 }
 LINE_STYLES, MARKERS = ("-", "--", "-.", ":"), ("o", "s", "^", "D", "v", "P", "X", "*")
 _LABEL = re.compile(r"([a-z][a-z0-9_]*)((?::[a-z0-9_.=]+)*)")

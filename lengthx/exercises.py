@@ -484,6 +484,7 @@ def ntk_inv_freq(dim: int, base: float, scale: float) -> Tensor:
 
 written("12.2", "12_context_extension", "Derive the NTK exponent d/(d−2), and what PI does to the fastest pair", "derive")
 written("12.3", "12_context_extension", "Predict the ranking of PI, NTK, YaRN and ReRoPE at 4×, then run the chapter's experiment", "experiment")
+written("12.4", "12_context_extension", "Dynamic YaRN's schedule: static YaRN at nL, the authors' cache, dynamic NTK and Qwen's α", "derive")
 
 # %% ../nbs/80_exercises.ipynb #162826ae
 def _ch20_shape_sign(fn):

@@ -118,3 +118,16 @@ def test_llama3_and_self_extend_stand_apart_in_chapter_12():
         for o in CH12_DRAWN:
             if o == s: continue
             assert _gap(s, o) >= MIN_APART, (s, o, _gap(s, o))
+
+
+# Chapter 12 draws dynamic YaRN beside static YaRN (its attention factor against the length) and chapter 13 reads it
+# beside RoPE, dynamic NTK and NTK-by-parts; under the `yarn` family's sky blue it was told apart by line style alone.
+DYNAMIC_YARN_DRAWN = ["rope", "yarn:s=8", "ntk_by_parts:s=2", "rope:dynamic=1", "rope:pi=2", "llama3:s=2",
+                      "rerope:logn=true", "self_extend:g=4:w=1024", "dca"]
+
+
+def test_dynamic_yarn_has_a_colour_of_its_own():
+    assert pe_family("yarn:s=4:dynamic=true") == pe_family("yarn:dynamic=true") == "yarn:dynamic"
+    assert pe_family("yarn:s=8") == "yarn"                                    # the static form keeps the family's sky
+    for o in DYNAMIC_YARN_DRAWN:
+        assert _gap("yarn:dynamic=true", o) >= MIN_APART, (o, _gap("yarn:dynamic=true", o))
