@@ -547,7 +547,7 @@ PE_STYLE = {   # family -> (colour, marker): a colour per group of related metho
     "rope": ("blue", "o"), "xpos": ("blue", "s"), "prope": ("blue", "^"), "temp": ("blue", "D"),
     "chunk": ("blue", "v"), "streaming": ("blue", "P"),
     "yarn": ("sky", "o"), "yarn_hf": ("sky", "s"), "ntk_by_parts": ("sky", "^"), "llama3": ("lavender", "D"),
-    "longrope": ("sky", "v"), "dynamic_linear": ("sky", "P"),
+    "longrope": ("sky", "v"), "dynamic_linear": ("sky", "P"), "logn": ("sky", "D"),
     "rerope": ("teal", "o"), "self_extend": ("plum", "s"), "window": ("teal", "^"),
     "dca": ("teal", "D"), "string": ("teal", "v"), "sinks": ("teal", "P"), "sink": ("teal", "X"),
     "pose": ("olive", "o"), "randomized": ("olive", "s"),

@@ -53,9 +53,9 @@ __all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'KNOWN_GGUF'
            'PasskeyPrompt', 'passkey_prompt', 'random_key', 'passkey_trial', 'greedy_answer', 'passkey_grid',
            'self_extend_reach', 'ppl_row', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid', 'grid_curves',
            'long_documents', 'same_target_nll', 'passkey_keys', 'keyed_passkey', 'nll_by_length', 'timed',
-           'long_docs_grid', 'attention_kind', 'hf_setting', 'cache_agrees', 'attention_shaped_llama',
-           'extension_calls', 'controls', 'best_candidates', 'smollm2_rows', 'parts_grid', 'tiny_native',
-           'native_agreement', 'finetune']
+           'long_docs_grid', 'attention_kind', 'hf_setting', 'cached_equals_full', 'cache_agrees',
+           'attention_shaped_llama', 'extension_calls', 'controls', 'best_candidates', 'smollm2_rows', 'parts_grid',
+           'tiny_native', 'native_agreement', 'finetune']
 
 # %% ../nbs/13_pretrained.ipynb #2e54b631
 SMOLLM2 = "smollm2-135m"
@@ -1209,15 +1209,18 @@ def hf_setting(spec: str, facts: RotaryFacts) -> str:
 
 
 @torch.no_grad()
-def cache_agrees(model, spec: str, prompt: Tensor, new: int = 6) -> bool:
-    "Greedy decoding with Hugging Face's KV cache under `spec` gives the tokens that full forwards give."
-    with extend(model, spec):
-        out = model.generate(prompt[None], attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             max_new_tokens=new, do_sample=False, pad_token_id=0)[0].tolist()
-        seq = prompt.tolist()
-        for _ in range(new): seq.append(int(model(torch.tensor([seq]), use_cache=False).logits[0, -1].argmax()))
+def cached_equals_full(model, prompt: Tensor, new: int = 6) -> bool:
+    "Greedy decoding with Hugging Face's KV cache gives the tokens that full forwards (no cache) give."
+    out = model.generate(prompt[None], attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                         max_new_tokens=new, do_sample=False, pad_token_id=0)[0].tolist()
+    seq = prompt.tolist()
+    for _ in range(new): seq.append(int(model(torch.tensor([seq]), use_cache=False).logits[0, -1].argmax()))
     return out == seq
 
+
+def cache_agrees(model, spec: str, prompt: Tensor, new: int = 6) -> bool:
+    "`cached_equals_full` with the model extended by lengthx's `spec`."
+    with extend(model, spec): return cached_equals_full(model, prompt, new)
 
 # %% ../nbs/13_pretrained.ipynb #27b8df81
 SMOLLM2_ATTENTION = dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,

@@ -131,3 +131,9 @@ def test_dynamic_yarn_has_a_colour_of_its_own():
     assert pe_family("yarn:s=8") == "yarn"                                    # the static form keeps the family's sky
     for o in DYNAMIC_YARN_DRAWN:
         assert _gap("yarn:dynamic=true", o) >= MIN_APART, (o, _gap("yarn:dynamic=true", o))
+
+
+def test_every_registered_family_has_a_style_and_nothing_extra():
+    from lengthx.attention import known_pes
+    from lengthx.evaluate import PE_STYLE
+    assert set(PE_STYLE) == set(known_pes()), set(PE_STYLE) ^ set(known_pes())
