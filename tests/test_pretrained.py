@@ -61,6 +61,16 @@ def test_ntk_and_rerope_have_no_hf_twin_but_reduce_correctly(tiny):
     with pytest.raises(ValueError, match="no rope type"): hf_twin(tiny, "rope:ntk=4")
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_ntk_equals_hf_dynamic_factor_one_at_n_times_L(tiny, n):
+    "Hugging Face's dynamic type with factor 1 is NTK-aware scaling with s = T/L: at T = n·L it equals `rope:ntk=n`."
+    x = torch.randint(0, 64, (1, n * L), generator=torch.Generator().manual_seed(n))
+    ref = _logits(hf_twin(tiny, "rope:dynamic=1"), x)
+    for s, same in ((n, True), (n + 1, False)):   # the right scale agrees; the next one does not
+        with extend(tiny, f"rope:ntk={s}"): ours = _logits(tiny, x)
+        assert torch.allclose(ours, ref, atol=2e-5, rtol=1e-5) == same, (n, s, (ours - ref).abs().max().item())
+
+
 @pytest.mark.parametrize("spec", ["yarn:s=4", "rope:dynamic=2", "rerope:w=6", "xpos", "rope:pi=2", "ntk_by_parts:s=2",
                                   "llama3:s=2", "longrope:s=4", "rerope:logn=true", "self_extend:g=2:w=4", "dca", "string",
                                   "sinks:n=2:window=8"])
