@@ -513,18 +513,19 @@ def unit_dape_fast(ctx: Context, S: dict, part: Partial) -> dict:
     return dape_fast_measure(**S, step=part.get)
 
 
-ZERO_SHOT_RULES = ("pi", "ntk", "ntk_2x", "dynamic_ntk", "yarn", "llama3", "rerope", "rerope_logn", "self_extend")
+ZERO_SHOT_RULES = ("pi", "ntk", "ntk_2x", "dynamic_ntk", "yarn", "llama3", "rerope", "rerope_logn", "self_extend", "window")   # "window": the yardstick
 ZERO_SHOT_PREFIX = "zero_shot/"   # a rule row's spec: '/' is no spec's character, so it never collides with a trained spec
 
 
 def zero_shot_spec(rule: str, length: int, train_len: int) -> str:
-    "The PE spec rule `rule` swaps into a RoPE model trained at `train_len` to read `length` tokens (scale s = length/train_len, window w = train_len/2, as chapter 12)."
+    "The PE spec rule `rule` swaps into a RoPE model trained at `train_len` to read `length` tokens (scale s = length/train_len, window w = train_len/2, as chapter 12; `window` is the yardstick)."
     if length % train_len: raise ValueError(f"length {length} is not a multiple of the training length {train_len}")
     s, w = length // train_len, train_len // 2
     specs = {"rope": "rope", "pi": f"rope:pi={s}", "ntk": f"rope:ntk={s}", "ntk_2x": f"rope:ntk={2 * s}",
              "dynamic_ntk": "rope:dynamic=2", "yarn": f"yarn:s={s}", "llama3": f"llama3:s={s}", "rerope": f"rerope:w={w}",
              "rerope_logn": f"rerope:w={w}:logn=true:original_max_len={train_len}",
-             "self_extend": f"self_extend:w={w}:g={max(1, math.ceil((length - w) / (train_len - w)))}"}
+             "self_extend": f"self_extend:w={w}:g={max(1, math.ceil((length - w) / (train_len - w)))}",
+             "window": f"window:w={train_len}:rope"}   # plain RoPE that sees only the last train_len keys: uses no context beyond L
     if rule not in specs: raise ValueError(f"unknown zero-shot rule {rule!r}; choose from {', '.join(specs)}")
     return specs[rule]
 

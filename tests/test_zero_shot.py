@@ -25,6 +25,7 @@ def test_rule_specs_scale_with_the_factor():
         g = int(X.zero_shot_spec("self_extend", f * T, T).split("g=")[1])
         assert (T - 32) * g + 32 >= f * T and (g == 1 or (T - 32) * (g - 1) + 32 < f * T)
     assert X.zero_shot_spec("rope", 16 * T, T) == "rope"
+    assert X.zero_shot_spec("window", 16 * T, T) == X.zero_shot_spec("window", 2 * T, T) == "window:w=64:rope"   # the window is L at every length
     with pytest.raises(ValueError, match="unknown zero-shot rule"): X.zero_shot_spec("longrope", 2 * T, T)
     with pytest.raises(ValueError, match="not a multiple"): X.zero_shot_spec("pi", 100, T)
 
@@ -72,7 +73,7 @@ def test_a_rule_at_scale_one_is_plain_rope(smoke):
     rows, T = rec["result"]["rows"], str(rec["settings"]["train_len"])
     for seed in rec["settings"]["seeds"]:
         rope = rows[f"{X.ZERO_SHOT_PREFIX}rope|seed={seed}"]["ppl"]["last_k_common"]
-        for r in ("pi", "ntk", "yarn", "llama3", "dynamic_ntk"):   # s = L/T = 1 at the training length
+        for r in ("pi", "ntk", "yarn", "llama3", "dynamic_ntk", "window"):   # s = L/T = 1 at the training length; a window of T holds every key
             row = rows[f"{X.ZERO_SHOT_PREFIX}{r}|seed={seed}"]
             assert row["ppl"]["last_k_common"][T] == rope[T], (r, seed)
         # beyond T the rules read other positions, so they differ from plain RoPE there
@@ -103,3 +104,17 @@ def test_committed_plain_rows_equal_the_committed_rope_rows():
         assert rel < REL_TOL and rel == pytest.approx(row["committed"]["max_rel_diff"]), (seed, row["committed"])
     zs = growth(gather(X.ZERO_SHOT_PREFIX + "rope", recs, units=("zero_shot",)), 16 * 64)
     assert zs.keys() == set(rec["settings"]["seeds"]) and all(abs(v / growth(rope, 16 * 64)[n] - 1) < 2 * REL_TOL for n, v in zs.items())
+
+
+def test_window_row_is_the_yardstick(smoke):
+    "The window row is the plain model in a sliding window of L keys (chapter 25's yardstick), read on the same targets."
+    out, rec = smoke
+    S, T = rec["settings"], rec["settings"]["train_len"]
+    ctx = X.Context(out=out, budget="smoke", progress=False)
+    model, _ = X.train_lm(ctx, S, "rope", S["seeds"][0])   # finished: loaded, not trained again
+    model.pe = X.windowed(model.pe, T)
+    far = 4 * T
+    got = X.perplexity(model, ctx.tokens(S["corpus"], S["split"]), far, protocol="last_k", **S["last_k"], anchor=S["anchor"])
+    rows = rec["result"]["rows"]
+    assert rows[f"{X.ZERO_SHOT_PREFIX}window|seed={S['seeds'][0]}"]["ppl"]["last_k_common"][str(far)] == pytest.approx(got, rel=1e-6)
+    assert got != rows[f"{X.ZERO_SHOT_PREFIX}rope|seed={S['seeds'][0]}"]["ppl"]["last_k_common"][str(far)]
