@@ -282,7 +282,10 @@ def provenance_line(rec: dict) -> str:
     where = f"{n} CPU thread{'' if n == 1 else 's'}" if dev == "cpu" else dev
     took = f"{p['wall_seconds'] / 60:.1f} min on " if isinstance(p.get("wall_seconds"), (int, float)) else "on "
     day = str(p.get("time", "?")).split(" ")[0]
-    return (f"{rec['unit']} ({rec['preset']}): made by `lengthx reproduce --budget {rec['preset']} --only {rec['unit']}`, "
+    part = res.get("partial") if isinstance(res, dict) else None   # a resumable unit's finished methods so far
+    done = (f", its finished methods so far ({len(part['finished'])} of {len(part['finished']) + len(part['left'])})"
+            if isinstance(part, dict) else "")
+    return (f"{rec['unit']} ({rec['preset']}): made by `lengthx reproduce --budget {rec['preset']} --only {rec['unit']}`{done}, "
             f"{took}{where}{_kernel_text(p.get('execution'))}, {day}, from {_state_text(p)}")
 
 

@@ -126,3 +126,10 @@ def test_the_provenance_names_the_execution_path():
     cpu = R.execution_path()["fused_cpu_kernel"]
     assert cpu == "loaded" or cpu.startswith("unavailable"), cpu        # DAPE ran: the kernel was loaded, or why not
     assert R.provenance_line({**RESULT, "provenance": {**RESULT["provenance"]}}).count("DAPE kernel") == 0   # not recorded: not claimed
+
+
+def test_a_partial_result_says_so_in_its_provenance_line():
+    "A resumable unit's finished methods so far (tools/snapshot_partial.py) read as such, never as the whole unit."
+    part = {**RESULT, "result": {**RESULT["result"], "partial": {"finished": ["a", "b"], "left": ["c"]}}}
+    assert "finished methods so far (2 of 3)" in R.provenance_line(part)
+    assert "finished methods" not in R.provenance_line(RESULT)
