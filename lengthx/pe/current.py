@@ -233,7 +233,7 @@ def hf_rope_spec(rp: dict) -> str:
         return "yarn_hf:" + ":".join(opts)
     raise ValueError(f"rope_type {kind!r} has no lengthx spec here; known: default, linear, llama3, proportional, yarn")
 
-
+# %% ../../nbs/14_current_models.ipynb #c372616b
 def hf_layer_pattern(config) -> list[str]:
     "One lengthx spec per layer of a Hugging Face decoder config (SmolLM3, Llama 4, Cohere2, Gemma 3/4, gpt-oss, Ministral 3), from its own fields."
     n, kind = config.num_hidden_layers, config.model_type
