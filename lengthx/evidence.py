@@ -10,6 +10,7 @@ import itertools
 import json
 import math
 import re
+import dataclasses
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import partial
@@ -27,18 +28,18 @@ __all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES
            'NON_OVERLAPPING', 'LAST_256', 'PER_POSITION', 'CHE_PAPER_STEPS', 'WINDOW_YARDSTICK', 'CONTROL_FWER',
            'CONTROL_SPECS', 'PAPER_BIAS_PPL', 'PAPER_BIAS_SCORING', 'PAPER_BIAS_GROWTH', 'CLAIMS', 'VERDICTS',
            'UNTESTABLE', 'VERDICT_MEANINGS', 'FLAT_GROWTH', 'FLAT_TOL', 'LEARNED_MARGIN', 'COST_SCALE',
-           'SCHEDULE_UNITS', 'READS_PREFIX', 'METADATA', 'CONTROL_RE', 'PROTOCOL_RE', 'LISTED_RE', 'SHORTER',
-           'setup_key', 'Seeds', 'lm_records', 'gather', 'level', 'growth', 'yardstick', 't_cdf', 't_quantile', 't975',
-           'paired_interval', 'Comparison', 'values_of', 'compare', 'window_ppl', 'compare_windows', 'Claim',
-           'share_range', 'per_byte', 't5_unseen_buckets', 't5_setting', 'bipe_setting', 'che_setting',
-           'growth_vs_window', 'reads_growth', 'committed_specs', 'control_family', 'control_level',
-           'control_intervals', 'context_use_control', 'baseline_degrades', 'window_setting', 'join_notes',
-           'paper_bias_growth', 'paper_bias_text', 'bare_bias_text', 'flat_bias_setting', 'LedgerRow', 'side', 'judge',
-           'log_ratios', 'log_interval', 'growth_reason', 'fit_departure', 'read_claim', 'gpu_presets',
-           'interval_scale', 'paper_effect', 'ledger', 'control_flips', 'seed_list', 'verdict_counts', 'count_line',
-           'judged_effect', 'ledger_summary', 'setup_steps', 'seed_spread', 'schedule_table', 'payload_sha256',
-           'experiment_files', 'reads_line', 'reads', 'claims_about', 'chapter_ledger', 'superscript', 'setting_notes',
-           'split_note', 'split_why', 'compact', 'note_parts', 'ledger_table']
+           'SCHEDULE_UNITS', 'READS_PREFIX', 'METADATA', 'PROTOCOL_RE', 'SHORTER', 'setup_key', 'Seeds', 'lm_records',
+           'gather', 'level', 'growth', 'yardstick', 't_cdf', 't_quantile', 't975', 'paired_interval', 'Comparison',
+           'values_of', 'compare', 'window_ppl', 'compare_windows', 'Claim', 'share_range', 'per_byte',
+           't5_unseen_buckets', 't5_setting', 'bipe_setting', 'che_setting', 'growth_vs_window', 'reads_growth',
+           'committed_specs', 'control_family', 'control_level', 'control_intervals', 'context_use_control',
+           'baseline_degrades', 'Note', 'window_note', 'window_setting', 'join_notes', 'paper_bias_growth',
+           'paper_bias_text', 'bare_bias_text', 'flat_bias_setting', 'LedgerRow', 'side', 'judge', 'log_ratios',
+           'log_interval', 'growth_reason', 'fit_departure', 'read_claim', 'gpu_presets', 'interval_scale',
+           'paper_effect', 'ledger', 'control_flips', 'seed_list', 'verdict_counts', 'count_line', 'judged_effect',
+           'ledger_summary', 'setup_steps', 'seed_spread', 'schedule_table', 'payload_sha256', 'experiment_files',
+           'reads_line', 'reads', 'claims_about', 'chapter_ledger', 'superscript', 'setting_notes', 'split_why',
+           'compact', 'note_parts', 'ledger_table']
 
 # %% ../nbs/57_evidence.ipynb #e16f7546
 # units whose rows are trained language models, `spec|seed=N`
@@ -356,7 +357,7 @@ def _window_sentence(c: Comparison) -> str:
             f"[{c.interval[0]:.3f}, {c.interval[1]:.3f}] over {c.n} windows.")
 
 # %% ../nbs/57_evidence.ipynb #760ff444
-BYTES_PER_TOKEN = (3.0, 4.5)   # assumed bytes per BPE token of the papers' tokenizers (not measured: ~4 on English prose)
+BYTES_PER_TOKEN = (3.0, 4.5)   # assumed bytes per BPE token of the papers' tokenizers (not measured)
 AT_L_SHARE = 1 / 3              # the paper's gap at L under this share of its gap at n·L: its effect is growth (a chosen threshold)
 
 
@@ -460,6 +461,7 @@ def che_setting(L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cp
             + (", ".join(learned) or "none"))
 
 
+
 # %% ../nbs/57_evidence.ipynb #e84ae470
 WINDOW_YARDSTICK = "window:w={L}:kerple_log"   # the windowed model a growth reading must be told apart from
 CONTROL_FWER = 0.05                              # the control's family-wise error: its chance of passing when no encoding differs
@@ -520,21 +522,50 @@ def baseline_degrades(c: "Claim", L: int, recs: Optional[Sequence[dict]] = None,
     return iv is not None and side(iv) == ">"
 
 
+@dataclass(frozen=True)
+class Note:
+    "A row's setting note as the parts it is written from; `text` writes the sentence, the table's footnotes read the parts."
+    hand: str = ""       # the claim's own note, as its `setting_note` returns it
+    own: str = ""        # the control note's row-specific part: the baseline not shown to degrade ('' where none)
+    factor: int = 0      # the factor at which the setting control fails (0: no control note)
+    control: str = ""    # the control's sentence, shared by every row it fails for: "no encoding of the control's fixed family …"
+    window: str = ""     # the windowed model the claim's own intervals are read against
+    listed: tuple = ()   # the claim's own intervals against it: ((spec, interval as printed), …)
+
+    @property
+    def generated(self) -> str:
+        "The control's note as one sentence ('' when the control does not fail)."
+        if not self.factor: return ""
+        return (f"book's setting: {self.own + '; ' if self.own else ''}at {self.factor}×, {self.control}; the claim's own 95% "
+                f"ln(g/g_window) against `{self.window}`: " + ", ".join(f"`{x}` {iv}" for x, iv in self.listed))
+
+    @property
+    def text(self) -> str:
+        "The whole note, as the row's `setting` prints it: the claim's own note, then the control's ('' when neither)."
+        return join_notes(self.hand, self.generated)
+
+
+def window_note(c: "Claim", L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu",
+                family: Sequence[str] = CONTROL_SPECS, adjusted: bool = True) -> Note:
+    "The generated note of a claim read on growth, as parts: empty when b degrades (a '<' claim), the control passes, or b is the yardstick."
+    win = WINDOW_YARDSTICK.format(L=L)
+    if c.b.format(L=L) == win or baseline_degrades(c, L, recs, preset): return Note()
+    if context_use_control(c.factor, L, recs, preset, ">" if c.expect == ">" else "<", family, adjusted): return Note()
+    m = len(family)
+    where = "below" if c.expect != ">" else "above"
+    control = (f"no encoding of the control's fixed family is told apart {where} the windowed model in growth ({m} encodings, "
+               f"each at {100 * control_level(m, adjusted):.2f}% so that all hold together at {100 * (1 - CONTROL_FWER):g}%), so "
+               "this setting shows no " + ("use of context beyond L and cannot show a gap that opens beyond it" if where == "below"
+                                           else "degradation beyond L and cannot show one"))
+    return Note(own=bare_bias_text(L, recs, preset, c.factor, c.b.format(L=L)) if c.expect == "<" else "", factor=c.factor,
+                control=control, window=win,
+                listed=tuple((x, _iv(growth_vs_window(x, L, c.factor, recs, preset))) for x in (c.a, c.b)))
+
+
 def window_setting(c: "Claim", L: int, recs: Optional[Sequence[dict]] = None, preset: str = "cpu",
                    family: Sequence[str] = CONTROL_SPECS, adjusted: bool = True) -> str:
-    "The generated note of a claim read on growth: '' when b degrades (a '<' claim), the fixed family's control passes, or b is the yardstick."
-    win = WINDOW_YARDSTICK.format(L=L)
-    if c.b.format(L=L) == win or baseline_degrades(c, L, recs, preset): return ""
-    if context_use_control(c.factor, L, recs, preset, ">" if c.expect == ">" else "<", family, adjusted): return ""
-    m = len(family)
-    bare = bare_bias_text(L, recs, preset, c.factor, c.b.format(L=L)) if c.expect == "<" else ""
-    listed = ", ".join(f"`{x}` {_iv(growth_vs_window(x, L, c.factor, recs, preset))}" for x in (c.a, c.b))
-    where = "below" if c.expect != ">" else "above"
-    return (f"book's setting: {bare + '; ' if bare else ''}at {c.factor}×, no encoding of the control's fixed family is told "
-            f"apart {where} the windowed model in growth ({m} encodings, each at {100 * control_level(m, adjusted):.2f}% so that all hold "
-            f"together at {100 * (1 - CONTROL_FWER):g}%), so this setting shows no " + ("use of context beyond L and cannot show "
-            "a gap that opens beyond it" if where == "below" else "degradation beyond L and cannot show one") +
-            f"; the claim's own 95% ln(g/g_window) against `{win}`: {listed}")
+    "The generated note of a claim read on growth, as the sentence `window_note`'s parts make ('' where there is none)."
+    return window_note(c, L, recs, preset, family, adjusted).generated
 
 
 def join_notes(own: str, generated: str) -> str:
@@ -691,6 +722,14 @@ class LedgerRow:
     departure: str = ""      # a fit gap at L far from the paper's own gap at L: a departure from the paper's setting
     scale: str = ""          # the scale the interval is on: ln(a/b) per byte, ln(g_a/g_b), ln(g/g_window), ln g, accuracy difference
     effect: str = ""         # the paper's effect on that scale (per byte where converted), for the compact table
+    note: Note = Note()      # the parts `setting` is written from (a row given only a `setting` holds it as its own note)
+
+    def __post_init__(self):
+        "The note's parts and the `setting` sentence are one: either makes the other, and two that disagree are refused."
+        if self.setting and self.note == Note(): self.note = Note(hand=self.setting)
+        if self.setting != self.note.text:
+            if self.setting: raise ValueError(f"setting and note disagree: {self.setting!r} is not {self.note.text!r}")
+            self.setting = self.note.text
 
     def __getitem__(self, k: str):
         "Fields also as dict keys: row['verdict']."
@@ -984,6 +1023,7 @@ def paper_effect(c: Claim, scale: str) -> str:
     return "no number" if e is None else f"[{e[0]:+.3f}, {e[1]:+.3f}]"
 
 
+
 # %% ../nbs/57_evidence.ipynb #990e0803
 def ledger(recs: Optional[Sequence[dict]] = None, claims: Sequence[Claim] = CLAIMS, preset: str = "cpu",
            share: Optional[float] = None, adjusted: bool = True, family: Sequence[str] = CONTROL_SPECS) -> list[LedgerRow]:
@@ -1001,11 +1041,12 @@ def ledger(recs: Optional[Sequence[dict]] = None, claims: Sequence[Claim] = CLAI
         if c.protocol_note: why = f"{why} ({c.protocol_note})" if why else f"({c.protocol_note})"
         L = gather(c.a, recs, preset).train_len
         own = c.setting_note(L, recs, preset) if L and c.setting_note else ""
-        generated = window_setting(c, L, recs, preset, family, adjusted) if L and reads_growth(c, why) else ""
-        testable = not generated and not (own and c.note_blocks)
+        note = dataclasses.replace(window_note(c, L, recs, preset, family, adjusted) if L and reads_growth(c, why) else Note(),
+                                   hand=own)
+        testable = not note.factor and not (own and c.note_blocks)
         rows.append(LedgerRow(c.paper, c.where, c.claim, _metric(c), c.numbers, book, seeds, iv,
-                              verdict if testable else UNTESTABLE, why, g, files, join_notes(own, generated), testable, verdict,
-                              _departure(c, recs, preset), scale, paper_effect(c, scale)))
+                              verdict if testable else UNTESTABLE, why, g, files, "", testable, verdict,
+                              _departure(c, recs, preset), scale, paper_effect(c, scale), note))
     return rows
 
 # %% ../nbs/57_evidence.ipynb #1b18553d
@@ -1060,6 +1101,7 @@ def ledger_summary(rows: Sequence[LedgerRow]) -> str:
         verdict = f"**{r.verdict}**" + (f" (would read {r.reading})" if not r.testable else "; setting differs" if r.setting else "")
         out.append(f"| {r.claim} ({r.paper}) | {r.effect or '—'} | {book} | {r.scale or '—'} | {verdict} |")
     return "\n".join(out)
+
 
 
 # %% ../nbs/57_evidence.ipynb #e7726a84
@@ -1174,17 +1216,7 @@ def setting_notes(rows: Sequence[LedgerRow]) -> dict[str, int]:
     return notes
 
 
-CONTROL_RE = re.compile(r"at (\d+)×, (no encoding of the control's fixed family is told apart .*?cannot show "
-                        r"(?:a gap that opens beyond it|one))")
 PROTOCOL_RE = re.compile(r" \((paper: [^()]*; here: [^()]*)\)$")
-
-
-def split_note(setting: str) -> tuple[str, str]:
-    "A setting note as (the row's own part, the shared control sentence at no particular factor; '' where absent)."
-    m = CONTROL_RE.search(setting)
-    if not m: return setting, ""
-    own = setting.replace(m.group(0), f"at {m.group(1)}× the setting control fails")
-    return own, "at the claim's factor, " + m.group(2)
 
 
 def split_why(why: str) -> tuple[str, str, str]:
@@ -1199,7 +1231,6 @@ def split_why(why: str) -> tuple[str, str, str]:
 
 
 # %% ../nbs/57_evidence.ipynb #99884fbf
-LISTED_RE = re.compile(r"; the claim's own 95% ln\(g/g_window\) against `([^`]+)`: (.*)$")
 SHORTER = (   # (pattern, replacement): the footnotes' shorter wording of the same facts
     (r"^the bare bias is not shown to degrade here \(KERPLE-log grows (×[\d.]+) to (\d+)× on average, ([^,]+) over ([^,]+), "
      r"95% interval of ln g (\[[^]]*\]), at most (×[\d.]+); (.*)\)$",
@@ -1231,28 +1262,20 @@ def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 # %% ../nbs/57_evidence.ipynb #49b1e514
-def note_parts(setting: str) -> tuple[str, str, str, str, str]:
-    "A row's setting note as (hand-attached note, generated own part, factor, window, listed intervals); '' where absent."
-    hand, gen = (setting.split(". Also, ", 1) if ". Also, " in setting else
-                 ("", setting) if CONTROL_RE.search(setting) else (setting, ""))
-    hand = hand.removeprefix("book's setting: ")
-    m = CONTROL_RE.search(gen)
-    if not m: return hand, gen.removeprefix("book's setting: "), "", "", ""
-    own = gen[:m.start()].removeprefix("book's setting: ").rstrip("; ")
-    lm = LISTED_RE.fullmatch(gen[m.end():])
-    if not lm: return hand, split_note(gen)[0].removeprefix("book's setting: "), "", "", ""   # no list: the row keeps it all
-    return hand, own, m.group(1), lm.group(1), lm.group(2)
+def note_parts(note: Note) -> tuple[str, str, str, str, str]:
+    "A row's note as the table's pieces (hand-attached note, the control note's own part, factor, window, listed intervals), from its parts."
+    return (note.hand.removeprefix("book's setting: "), note.own, str(note.factor) if note.factor else "", note.window,
+            ", ".join(f"`{x}` {iv}" for x, iv in note.listed))
 
 
 def _merged_lists(rows: Sequence[LedgerRow]) -> dict[str, str]:
     "Per factor whose control fails: one footnote with the window and every listed interval once, in first-seen order."
-    got: dict[str, tuple[str, dict]] = {}
+    got: dict[int, tuple[str, dict]] = {}
     for r in rows:
-        _, _, n, win, listed = note_parts(r.setting)
-        if not n: continue
-        entries = got.setdefault(n, (win, {}))[1]
-        for e in re.findall(r"`[^`]+` (?:\[[^]]*\]|—)", listed): entries.setdefault(e, None)
-    return {n: f"At {n}× the setting control fails; 95% ln(g/g_window) against `{win}`: {', '.join(es)}"
+        if not r.note.factor: continue
+        entries = got.setdefault(r.note.factor, (r.note.window, {}))[1]
+        for x, iv in r.note.listed: entries.setdefault(f"`{x}` {iv}", None)
+    return {str(n): f"At {n}× the setting control fails; 95% ln(g/g_window) against `{win}`: {', '.join(es)}"
             for n, (win, es) in got.items()}
 
 # %% ../nbs/57_evidence.ipynb #0302f8fb
@@ -1262,21 +1285,21 @@ def ledger_table(rows: Sequence[LedgerRow]) -> str:
     notes: dict[str, int] = {}
     mark = lambda note: superscript(notes.setdefault(note, len(notes) + 1)) if note else ""
     lists = _merged_lists(rows)
-    shared = {h for h in (note_parts(r.setting)[0] for r in rows) if h and sum(note_parts(q.setting)[0] == h for q in rows) > 1}
+    shared = {h for h in (note_parts(r.note)[0] for r in rows) if h and sum(note_parts(q.note)[0] == h for q in rows) > 1}
     out = ["| claim (source; measure) | paper | book | 95% interval, its scale (seeds) | verdict, and why |", "|---" * 5 + "|"]
     for r in rows:
         src = r.where if r.paper.lower() in r.where.lower() else f"{r.paper}, {r.where}"
         gpu = "" if r.gpu == "—" else f"; GPU: {r.gpu}"
         scale = f" {r.scale}" if r.scale and r.interval is not None else ""
-        hand, own, n, _, _ = note_parts(r.setting)
-        control = split_note(r.setting)[1]
+        hand, own, n, _, _ = note_parts(r.note)
+        control = r.note.control
         decide, reason, protocol = split_why(r.why)
         reading = "; ".join(filter(None, (reason, decide if not r.testable else "")))
         alone = "" if hand in shared else hand                    # a note on one row only stays in that row's footnote
         own = ". ".join(filter(None, (_cap(compact(alone)) if alone else "", _cap(compact(own)) if own else "",
                                       f"The reading: {compact(reading)}" if reading else "")))
         marks = "˒".join(filter(None, (mark(hand in shared and _cap(compact(hand))), mark(own), mark(lists.get(n, "")),
-                                       mark(control and control.replace("at the claim's factor, ", "The setting control, failing at the row's factor: ", 1)),
+                                       mark(control and f"The setting control, failing at the row's factor: {control}"),
                                        mark(protocol and f"Scoring — {protocol}."))))
         head = (f"**{r.verdict}**{marks} (reading if testable: {r.reading})" if not r.testable else
                 f"**{r.verdict}** (setting differs{marks}): {decide}" if r.setting else f"**{r.verdict}**{marks}: {decide}")

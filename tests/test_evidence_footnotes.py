@@ -44,33 +44,39 @@ def test_a_testable_row_with_a_note_keeps_its_verdict_and_the_mark():
 
 CONTROL = ("no encoding of the control's fixed family is told apart below the windowed model in growth (17 encodings), "
            "so this setting shows no use of context beyond L and cannot show a gap that opens beyond it")
+LISTED = "; the claim's own 95% ln(g/g_window) against `window:w=64:k`: "
+
+
+def control_note(n: int, own: str, listed: tuple = (), hand: str = "", win: str = "window:w=64:k") -> E.Note:
+    "A control note failing at n×, as the parts the ledger builds it from."
+    return E.Note(hand=hand, own=own, factor=n, control=CONTROL, window=win, listed=listed)
 
 
 def test_the_shared_control_protocol_and_reasoning_are_footnotes_each_once_and_the_cell_keeps_the_deciding_phrase():
     why = ("read on growth: a long reasoning " + "words " * 20 + "; the interval is of ln(g_a/g_b): the interval contains 0 "
            "(paper: chunks; here: same targets)")
-    rows = [dataclasses.replace(ROW, claim=f"claim {f}", setting=f"book's setting: own {f}; at {f}×, {CONTROL}; listed {f}",
+    rows = [dataclasses.replace(ROW, claim=f"claim {f}", note=control_note(f, f"own {f}", (("a", f"[-0.0{f // 8}0, +0.010]"),)),
                                 testable=False, verdict=E.UNTESTABLE, why=why, reading="not reproduced") for f in (8, 16)]
     t = E.ledger_table(rows)
     body, foot = t.split("\n\n", 1)
     assert t.count(CONTROL) == 1 and t.count("paper: chunks; here: same targets") == 1      # shared sentences once
     assert "words" not in body and "read on growth" not in body                             # reasoning left the cell
-    assert "**cannot test here**¹˒²˒³ (reading if testable: not reproduced) |" in body
+    assert "**cannot test here**¹˒²˒³˒⁴ (reading if testable: not reproduced) |" in body
     assert "The reading: read on growth: a long reasoning " + "words " * 20 + "; on ln(g_a/g_b): the interval contains 0" in foot
-    assert "**cannot test here**⁴˒²˒³ (reading" in body and "at 16× the setting control fails; listed 16" in foot
-    assert f"² The setting control, failing at the row's factor: {CONTROL}" in foot
-
-
-LISTED = "; the claim's own 95% ln(g/g_window) against `window:w=64:k`: "
+    assert "**cannot test here**⁵˒⁶˒³˒⁴ (reading" in body and "⁵ Own 16. The reading" in foot
+    assert "⁶ At 16× the setting control fails; 95% ln(g/g_window) against `window:w=64:k`: `a` [-0.020, +0.010]" in foot
+    assert f"³ The setting control, failing at the row's factor: {CONTROL}" in foot
 
 
 def test_each_factors_interval_list_and_a_shared_hand_note_are_one_footnote_each():
     hand = "book's setting: segments are few"
-    rows = [dataclasses.replace(ROW, claim=c, setting=f"{h}book's setting: grows ×{g}; at {n}×, {CONTROL}{LISTED}{lst}",
+    rows = [dataclasses.replace(ROW, claim=c, note=control_note(n, f"grows ×{g}", lst, h),
                                 testable=False, verdict=E.UNTESTABLE, reading="unresolved")
-            for c, h, g, n, lst in (("c1", f"{hand}. Also, ", "0.97", 16, "`a` [-0.010, +0.020], `b` [-0.030, +0.040]"),
-                                    ("c2", f"{hand}. Also, ", "0.98", 16, "`b` [-0.030, +0.040], `c` [-0.050, +0.060]"),
-                                    ("c3", "", "0.99", 8, "`a` [-0.070, +0.080], `c` —"))]
+            for c, h, g, n, lst in (("c1", hand, "0.97", 16, (("a", "[-0.010, +0.020]"), ("b", "[-0.030, +0.040]"))),
+                                    ("c2", hand, "0.98", 16, (("b", "[-0.030, +0.040]"), ("c", "[-0.050, +0.060]"))),
+                                    ("c3", "", "0.99", 8, (("a", "[-0.070, +0.080]"), ("c", "—"))))]
+    assert rows[0].setting == (f"{hand}. Also, grows ×0.97; at 16×, {CONTROL}{LISTED}`a` [-0.010, +0.020], "
+                               "`b` [-0.030, +0.040]")                                    # the sentence the parts write
     t = E.ledger_table(rows)
     body, foot = t.split("\n\n", 1)
     assert t.count("Segments are few") == 1 and t.count("`b` [-0.030, +0.040]") == 1     # shared: once, however many rows

@@ -59,8 +59,9 @@ def test_remedy_rows_carry_the_measured_flat_bias_note_and_keep_their_verdicts()
         gb = E.growth(b, c.factor * 64)
         assert "is not shown to degrade here" in row.setting and "window:w=64:kerple_log" in row.setting
         assert f"×{min(gb.values()):.3f}–×{max(gb.values()):.3f} over seeds 0–4" in row.setting   # the claim's own baseline
-        own, control = E.split_note(row.setting)                      # the shared control sentence: its own footnote
-        assert control and "at 16× the setting control fails" in own and "no encoding of the control's" not in own
+        note = row.note                                               # the parts the sentence is written from
+        assert note.factor == 16 and note.control.startswith("no encoding of the control's") and note.control in row.setting
+        assert "no encoding of the control's" not in note.own + note.hand and note.own in row.setting
         table = E.ledger_table([row])
         assert "**cannot test here**¹˒²˒³˒⁴" in table and "\n² At 16× the setting control fails; 95% ln(g/g_window) against " in table
         assert "\n³ The setting control, failing at the row's factor: no encoding of the control's" in table
