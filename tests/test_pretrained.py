@@ -5,13 +5,14 @@ import math
 
 import pytest
 import torch
+from torch import Tensor
 
 transformers = pytest.importorskip("transformers")
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from lengthx.data import stdlib_root
 from lengthx.evaluate import perplexity
-from lengthx.pretrained import (causal_lm, extend, greedy_answer, hf_twin, lm_perplexity, load_pretrained,
+from lengthx.pretrained import (cache_agrees, cached_equals_full, causal_lm, extend, greedy_answer, hf_twin, lm_perplexity, load_pretrained,
                                 passkey_prompt, passkey_trial, PASSKEY_FILLER, PASSKEY_INTRO, PASSKEY_QUESTION, rotary_facts)
 
 L = 16   # the tiny model's trained length: every check runs past it
@@ -24,6 +25,19 @@ def tiny():
                       num_key_value_heads=2, max_position_embeddings=L, bos_token_id=0, eos_token_id=1, pad_token_id=1,
                       rope_parameters={"rope_theta": 100.0, "rope_type": "default"})
     return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def llama():
+    "The chapter's tiny random Llama: logits large enough that a wrong cached step shows far above float32 rounding."
+    from lengthx.pretrained import tiny_hf
+    return tiny_hf("Llama")
+
+
+def _prompt(model, seed: int = 2) -> Tensor:
+    "Twice the model's trained length of random tokens: decoding runs past L."
+    n = 2 * model.config.max_position_embeddings
+    return torch.randint(2, model.config.vocab_size, (n,), generator=torch.Generator().manual_seed(seed))
 
 
 def _logits(model, x):
@@ -71,18 +85,42 @@ def test_ntk_equals_hf_dynamic_factor_one_at_n_times_L(tiny, n):
         assert torch.allclose(ours, ref, atol=2e-5, rtol=1e-5) == same, (n, s, (ours - ref).abs().max().item())
 
 
-@pytest.mark.parametrize("spec", ["yarn:s=4", "rope:dynamic=2", "rerope:w=6", "xpos", "rope:pi=2", "ntk_by_parts:s=2",
+@pytest.mark.parametrize("spec", ["yarn:s=4", "rerope:w=6", "xpos", "rope:pi=2", "ntk_by_parts:s=2",
                                   "llama3:s=2", "longrope:s=4", "rerope:logn=true", "self_extend:g=2:w=4", "dca", "string",
                                   "sinks:n=2:window=8"])
-def test_cached_decoding_matches_the_full_forward(tiny, spec):
-    "Greedy decoding with Hugging Face's cache goes through the decode path; it must agree with full forwards."
-    prompt = torch.randint(2, 64, (2 * L,), generator=torch.Generator().manual_seed(2))
-    with extend(tiny, spec):
-        out = tiny.generate(prompt[None], attention_mask=torch.ones(1, len(prompt), dtype=torch.long), max_new_tokens=6,
-                            do_sample=False, pad_token_id=1)[0]
-        seq = prompt.tolist()
-        for _ in range(6): seq.append(int(_logits(tiny, torch.tensor([seq]))[0, -1].argmax()))
-    assert out.tolist() == seq
+def test_cached_decoding_matches_the_full_forward(llama, spec):
+    "Greedy decoding with Hugging Face's cache goes through the decode path: the tokens and, step by step, the logits of full forwards."
+    with extend(llama, spec): check = cached_equals_full(llama, _prompt(llama))
+    assert check.same_tokens and check.max_diff <= check.atol and check, (spec, check)
+
+
+def _one_late(right):
+    "`_positions` with every cached step's queries one position late (a wrong offset in the decode path only)."
+    def late(kwargs, B, Tq, Tk, device, mask=None):
+        pq, pk = right(kwargs, B, Tq, Tk, device, mask)
+        return (pq + 1, pk) if Tq < Tk else (pq, pk)
+    return late
+
+
+def test_cache_check_catches_a_wrong_decode_position(llama, monkeypatch):
+    "The check reads the logits of every step: a decode path with a wrong position offset fails it by a large difference."
+    import lengthx.pretrained as pretrained
+    prompt = _prompt(llama)
+    for spec in ("rope", "yarn:s=4"):
+        assert cache_agrees(llama, spec, prompt), spec
+    monkeypatch.setattr(pretrained, "_positions", _one_late(pretrained._positions))
+    for spec in ("rope", "yarn:s=4"):
+        bad = cache_agrees(llama, spec, prompt)
+        assert not bad and bad.max_diff > 100 * bad.atol, (spec, bad)
+        assert bad.describe().startswith("no (")
+
+
+def test_dynamic_cache_differs_from_full_forwards_less_than_hf(llama):
+    "A length-dependent rotation changes earlier tokens' states as the sequence grows, so no cache gives a full forward's logits; lengthx re-rotates the cached keys, Hugging Face does not."
+    prompt = _prompt(llama)
+    ours = cache_agrees(llama, "rope:dynamic=2", prompt)
+    theirs = cached_equals_full(hf_twin(llama, "rope:dynamic=2"), prompt)
+    assert not ours and not theirs and ours.max_diff < theirs.max_diff, (ours, theirs)
 
 
 def test_wrong_specs_and_models_fail_in_one_line(tiny):
