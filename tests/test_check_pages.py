@@ -49,6 +49,14 @@ def test_a_chapter_above_its_allowance_fails_and_a_new_one_is_allowed_nothing():
     assert cp.over(counts, {"10_rope": {"long_cells": 2}, "99_new": {"long_cells": 1}}) == []
 
 
+def test_the_ratchet_only_lowers_and_never_raises_a_chapter_it_does_not_name():
+    "Once every chapter is at 0 the allowances are empty; a later --ratchet must not write a regression in as allowed."
+    counts = {"10_rope": {"long_cells": 1, "hashes": 3}, "20_t5": {"long_cells": 2, "hashes": 0}}
+    assert cp.ratchet(counts, {}) == {}
+    assert cp.ratchet(counts, {"10_rope": {"long_cells": 5, "hashes": 2}}) == {"10_rope": {"long_cells": 1, "hashes": 2}}
+    assert cp.ratchet(counts, None) == counts                              # the check's first run records today's counts
+
+
 def test_the_book_is_within_its_allowances():
     assert cp.over(cp.all_counts(), json.loads(cp.ALLOWANCE.read_text())) == []
 
