@@ -24,7 +24,12 @@ from .model import GPTConfig
 from .results import RESULTS_MODE, final_record, int_lengths, provenance, read_results, write_results
 from .train import TrainConfig, resolve_device, train_run
 
+# %% auto #0
+__all__ = ['BUDGETS', 'SWEEP_INTERVAL', 'QUICK_PES', 'NEAR_WINDOW', 'Budget', 'spec_family', 'sweep_specs', 'sweep_one',
+           'sweep_settings', 'run_sweep', 'interval_level', 'growth_curve', 'growth', 'window_row', 'relative_growth',
+           'near_window', 'format_row', 'sweep_table', 'plot_sweep', 'resolution', 'resolution_note']
 
+# %% ../nbs/56_sweep.ipynb #feb09ad1
 @dataclass(frozen=True)
 class Budget:
     "A sweep's model size and training budget; how it is evaluated is `PROTOCOL`, shared with `lengthx eval`."
@@ -46,10 +51,6 @@ BUDGETS = {
                     compile=True),
 }
 SWEEP_INTERVAL = 0.9   # each sweep point carries a 90% bootstrap interval over its windows (chapter 53)
-
-# %% auto #0
-__all__ = ['BUDGETS', 'SWEEP_INTERVAL', 'QUICK_PES', 'Budget', 'spec_family', 'sweep_specs', 'sweep_one', 'sweep_settings',
-           'run_sweep', 'growth', 'format_row', 'sweep_table', 'plot_sweep', 'resolution', 'resolution_note']
 
 # %% ../nbs/56_sweep.ipynb #a9314bae
 QUICK_PES = {                             # the idea a line stands for: its spec (one registry family each)
@@ -88,7 +89,7 @@ def _check_eval_times(mcfg: GPTConfig, budget: Budget, protocol: Protocol, n_tes
         except ValueError: continue
         check_eval_time(mcfg, n, L, device=resolve_device(device), i_know=i_know)
 
-
+# %% ../nbs/56_sweep.ipynb #a4774d36
 def sweep_one(spec: str, budget: Budget, out: Path, *, protocol: Protocol = PROTOCOL, seed: int = 0,
               device: str = "auto", progress: bool = True, train_tokens=None, test_tokens=None, i_know: bool = False) -> dict:
     "Train one PE under `budget` in `out/runs/<spec>` and evaluate it at 1x..max_factor x the training length (time bounds unless `i_know`)."
@@ -132,7 +133,7 @@ def sweep_settings(budget: str | Budget, protocol: Protocol, seed: int) -> dict:
     b = BUDGETS[budget] if isinstance(budget, str) else budget
     return {"budget": name, **asdict(b), **asdict(protocol), "k": protocol.k_at(b.train_len), "seed": seed}
 
-
+# %% ../nbs/56_sweep.ipynb #67b030b3
 def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Path = "runs/sweep", *,
               protocol: Protocol = PROTOCOL, seed: int = 0, device: str = "auto", progress: bool = True,
               command: str = "", figure: bool = False, ymax: Optional[float] = None, corpus: str = "stdlib",
@@ -163,7 +164,7 @@ def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Pat
                             train_tokens=train_tokens, test_tokens=test_tokens, i_know=i_know)
             res["rows"][spec] = row
             write_results(path, res)
-            if progress: bar.write(format_row(row), file=sys.stderr)
+            if progress: bar.write(format_row(row, b.train_len), file=sys.stderr)
         bar.close()
         res.update(command=command or res.get("command", ""), wall_seconds=round(before + time.time() - t0, 1))
         write_results(path, res)
@@ -184,114 +185,192 @@ def _with_interval(v, band) -> str:
     return f"{_fmt(v)} [{end(lo)}–{end(hi)}]"
 
 
-def growth(row: dict) -> Optional[float]:
-    "ppl at the longest length the row reached ÷ ppl at the training length (the same scored targets): how much it extrapolates."
+def interval_level(res: dict) -> float:
+    "The level of the stored intervals, as the rows record it (`SWEEP_INTERVAL` for rows that do not)."
+    return next((r["interval_level"] for r in res["rows"].values() if "interval_level" in r), SWEEP_INTERVAL)
+
+# %% ../nbs/56_sweep.ipynb #3be041de
+def growth_curve(row: dict, train_len: int) -> dict[int, float]:
+    "g(n) = ppl(n·L) / ppl(L) at every length the row reached, L = `train_len` (empty when L itself failed)."
     ppl = {L: v for L, v in int_lengths(row["ppl"]).items() if not isinstance(v, str)}
-    return ppl[max(ppl)] / ppl[min(ppl)] if len(ppl) > 1 else None
+    return {L: v / ppl[train_len] for L, v in ppl.items()} if train_len in ppl else {}
 
 
-def format_row(row: dict) -> str:
-    "One markdown table row: the PE, its perplexity at each length (with the 90% interval at the first and last), growth, training time."
+def growth(row: dict, train_len: int) -> Optional[float]:
+    "g at the longest length the row reached, over its perplexity at the training length; None without both."
+    g = growth_curve(row, train_len)
+    return g[max(g)] if g and max(g) > train_len else None
+
+# %% ../nbs/56_sweep.ipynb #a2e50a1c
+NEAR_WINDOW = 0.02   # |g / g_window − 1| at every length: 'at the yardstick' (a chosen tolerance, not an interval)
+
+
+def window_row(res: dict) -> Optional[str]:
+    "The sweep's window row (`window:w=…:…`), the yardstick its growth is read against, or None."
+    return next((s for s in res["rows"] if s.split(":")[0] == "window"), None)
+
+
+def relative_growth(res: dict) -> dict[str, dict[int, float]]:
+    "g / g_window per row at every length both reached beyond L (empty without a window row)."
+    T, win = res["settings"]["train_len"], window_row(res)
+    if win is None: return {}
+    w = growth_curve(res["rows"][win], T)
+    curves = {s: growth_curve(r, T) for s, r in res["rows"].items()}
+    return {s: {L: c[L] / w[L] for L in c if L in w and L > T} for s, c in curves.items()}
+
+
+def near_window(res: dict, tol: float = NEAR_WINDOW) -> list[str]:
+    "The rows whose growth is within `tol` of the window's at every length beyond L (the window row included)."
+    return [s for s, r in relative_growth(res).items() if r and all(abs(v - 1) <= tol for v in r.values())]
+
+# %% ../nbs/56_sweep.ipynb #fd3da020
+def format_row(row: dict, train_len: int, window: Optional[dict] = None) -> str:
+    "One markdown table row: the PE, its perplexity per length (interval at the first and last), growth, then ÷ the window's or training time."
     ppl, band = int_lengths(row["ppl"]), int_lengths(row.get("ppl_interval", {}))
     lens = list(ppl)
     cells = [_with_interval(ppl[L], band.get(L)) if L in (lens[0], lens[-1]) else _fmt(ppl[L]) for L in lens]
-    g = growth(row)
+    g = growth(row, train_len)
     reach = max((L for L in lens if not isinstance(ppl[L], str)), default=lens[0])
     g_txt = "n/a" if g is None else f"×{g:.3f}" + ("" if reach == lens[-1] else f" (to {reach})")
-    return f"| {row['spec']} | " + " | ".join(cells) + f" | {g_txt} | {row['train_seconds']:.0f}s |"
+    gw = growth(window, train_len) if window else None
+    last = (f"{row['train_seconds']:.0f}s" if window is None else
+            "n/a" if g is None or gw is None or reach != lens[-1] else f"{g / gw:.3f}")
+    return f"| {row['spec']} | " + " | ".join(cells + [g_txt, last]) + " |"
 
 
 def sweep_table(res: dict) -> str:
-    "The sweep as a markdown table: one row per PE, one column per evaluation length, then growth and training time."
+    "The sweep as a markdown table: a row per PE, a column per length, growth, and g ÷ the window's (with a window row) or training time."
     rows = list(res["rows"].values())
     if not rows: return "(no results)"
     lens = list(int_lengths(rows[0]["ppl"]))
-    tl = res["settings"]["train_len"]
-    level = res["settings"].get("interval_level", SWEEP_INTERVAL)
+    tl, win = res["settings"]["train_len"], window_row(res)
+    level = interval_level(res)
     head = ("| PE | " + " | ".join(f"{L} ({L // tl}x)" + (f" [{level:.0%}]" if L in (lens[0], lens[-1]) else "")
-                                   for L in lens) + f" | growth {lens[-1] // tl}x/1x | train |")
+                                   for L in lens) + f" | growth {lens[-1] // tl}x/1x | " + ("÷ window's" if win else "train") + " |")
     sep = "|---" * (len(lens) + 3) + "|"
-    return "\n".join([head, sep] + [format_row(r) for r in rows])
+    window = res["rows"][win] if win else None
+    return "\n".join([head, sep] + [format_row(r, tl, window) for r in rows])
 
-
+# %% ../nbs/56_sweep.ipynb #6db64c6f
 def _nice_ticks(lo: float, hi: float) -> list[float]:
     "Plain-number ticks covering [lo, hi] on a growth axis: 2 to 8 of them."
-    for step in (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100):
+    for step in (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100):
         ticks = [round(k * step, 4) for k in range(int(lo // step), int(hi // step) + 2) if lo - step < k * step < hi + step]
         if len(ticks) <= 8: return ticks
     return [lo, hi]
 
 
-def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[float] = None,
-               order: Optional[Sequence[str]] = None):
-    "The sweep in two panels: growth ppl(nL)/ppl(L) against n·L per PE, and each PE's fit (ppl at L) beside its ppl at the longest length."
+def _growth_axis(ax, ratios: Sequence[float], lens: Sequence[int], T: int) -> None:
+    "Log-2 lengths, each labelled with its factor; plain growth ticks covering every drawn point."
     from matplotlib.ticker import FixedLocator, NullLocator
-    rows, st = int_lengths(res["rows"]), res["settings"]
-    T = st["train_len"]
-    curves = {s: {L: v for L, v in r["ppl"].items() if not isinstance(v, str)} for s, r in rows.items()}
-    curves = {s: c for s, c in curves.items() if T in c}
-    if not curves:   # every PE failed at its own training length: say so in the figure rather than fail the sweep
-        fig, ax = plt.subplots(figsize=(8, 1.5)); ax.axis("off")
-        ax.text(0.5, 0.5, "no PE of this sweep has a perplexity at its training length", ha="center", va="center")
-        if path: save_figure(fig, path, RESULTS_MODE, dpi=100, bbox_inches="tight")
-        return fig
-    top = max(max(c) for c in curves.values())
-    g = {s: c[max(c)] / c[T] for s, c in curves.items()}
-    asked = [s for s in (order or []) if s in curves]
-    order = asked + [s for s in curves if s not in asked]   # the order the PEs were asked for, never a ranking of one seed
-    style = pe_styles(order)                                # the book's colour per family; a line style or marker apart
-    lens = sorted({L for c in curves.values() for L in c})
-    fig, (ax, bx) = plt.subplots(2, 1, figsize=(8, 4.2 + 0.23 * len(order)), dpi=100,
-                                 gridspec_kw=dict(height_ratios=[4.2, 0.6 + 0.23 * len(order)]))
-    # top: growth against evaluation length, x forwards
-    for s in order:
-        c = curves[s]
-        xs = sorted(c)
-        label = f"{s}  ×{g[s]:.3f}" if max(c) == top else f"{s}  (no value beyond {max(c)})"
-        ax.plot(xs, [c[x] / c[T] for x in xs], lw=1.6, ms=5, label=label, **style[s])
-    ax.axhline(1, color="k", lw=0.8, ls=":", label="×1: no change")
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(lens)); ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([f"{L}\n{L // T}×" for L in lens])
-    ratios = [v / c[T] for c in curves.values() for v in c.values()]   # every drawn point, ×1 at L included
     lo, hi = min(ratios), max(ratios)
     if hi / lo > 3: ax.set_yscale("log")
-    pad = max((hi - lo) * 0.04, 0.005)
+    pad = max((hi - lo) * 0.04, 0.001)
     ticks = [t for t in _nice_ticks(lo, hi) if lo - pad <= t <= hi + pad]   # only ticks the panel shows
     ax.yaxis.set_major_locator(FixedLocator(ticks)); ax.yaxis.set_minor_locator(NullLocator())
     dec = max(0, -math.floor(math.log10(min(b - a for a, b in zip(ticks, ticks[1:]))) + 1e-9)) if len(ticks) > 1 else 2
     ax.set_yticklabels([f"{t:.{dec}f}" for t in ticks])
     ax.set_ylim(lo - pad, hi + pad)
-    ax.set(xlabel=f"evaluation length n·L (tokens; trained at L = {T})",
-           ylabel=f"growth: ppl(n·L) / ppl({T})",
-           title="growth beyond the training length, on the same scored targets")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.02), frameon=False,
-              title="PE", title_fontsize=8, handlelength=2.6)
-    # bottom: fit (ppl at L) and ppl at the longest length, per PE, with the stored intervals
-    level = st.get("interval_level", SWEEP_INTERVAL)
+    ax.grid(axis="y", lw=0.4, alpha=0.4)
+
+# %% ../nbs/56_sweep.ipynb #e165072d
+def _growth_panel(ax, curves: dict, order: Sequence[str], style: dict, T: int, win: Optional[str], labels: dict) -> None:
+    "One line per PE of g(n) against n·L; the window's curve also drawn broad, beneath, as the reference."
+    if win in curves:
+        xs = sorted(curves[win])
+        ax.plot(xs, [curves[win][x] for x in xs], color=style[win]["color"], lw=7, alpha=0.25, zorder=0,
+                solid_capstyle="round", label="_window band")
+    for s in order:
+        xs = sorted(curves[s])
+        one = len(xs) == 1   # a value at L alone (a learned table): a large marker on top, named beside it
+        ax.plot(xs, [curves[s][x] for x in xs], lw=1.5, ms=9 if one else 4.5, zorder=4 if one else 2,
+                label=labels[s], **style[s])
+        if one: ax.annotate(f"{s}: 1× only", (xs[0], 1), xytext=(7, -12), textcoords="offset points", fontsize=7,
+                            color=style[s]["color"])
+    ax.axhline(1, color="k", lw=0.8, ls=":", label="×1: no change")
+    _growth_axis(ax, [v for s in order for v in curves[s].values()] + [1.0], sorted({L for s in order for L in curves[s]}), T)
+
+
+def _legend_labels(curves: dict, order: Sequence[str], top: int, win: Optional[str]) -> dict[str, str]:
+    "Each PE's legend entry: its growth at the longest length and its ratio to the window's, or where it stops."
+    gw = curves[win].get(top) if win else None
+    def label(s):
+        c = curves[s]
+        if max(c) != top: return f"{s}  (no value beyond {max(c)})"
+        return f"{s}  ×{c[top]:.3f}" + ("  yardstick" if s == win else f"  ÷w {c[top] / gw:.3f}" if gw else "")
+    return {s: label(s) for s in order}
+
+# %% ../nbs/56_sweep.ipynb #e7f5e8b9
+def _level_panel(bx, rows: dict, curves: dict, order: Sequence[str], style: dict, T: int, top: int, level: float) -> None:
+    "Per PE: its fit (ppl at L, open) and its level at the longest length (filled), each with its own unpaired interval."
     for y, s in enumerate(order):
-        c, band = curves[s], rows[s].get("ppl_interval", {})
-        col = style[s]["color"]
+        ppl, band, col = rows[s]["ppl"], rows[s].get("ppl_interval", {}), style[s]["color"]
+        c = {L: ppl[L] for L in curves[s]}
         far = max(c)
         bx.hlines(y, min(c[T], c[far]), max(c[T], c[far]), color=col, lw=1.2)   # a segment, not a curve over x
         for L, face, dy in [(T, "white", -0.17)] + ([(far, col, 0.17)] if far != T else []):
             err = [[c[L] - band[L][0]], [band[L][1] - c[L]]] if L in band else None
-            bx.errorbar([c[L]], [y + dy], xerr=err, fmt=style[s]["marker"], ms=5, mfc=face, mec=col, ecolor=col, elinewidth=1,
-                        capsize=2, ls="none")
-    bx.set_yticks(range(len(order)), order, fontsize=8); bx.invert_yaxis()
+            bx.errorbar([c[L]], [y + dy], xerr=err, fmt=style[s]["marker"], ms=5, mfc=face, mec=col, ecolor=col,
+                        elinewidth=1, capsize=2, ls="none")
+    bx.set_yticks(range(len(order)), order, fontsize=8)
     bx.set_ylim(len(order) - 0.5, -0.5)
-    if ymax: bx.set_xlim(right=ymax)
     bx.grid(axis="x", lw=0.4, alpha=0.5)
-    bx.set(xlabel=f"perplexity (bytes): open = at L = {T} (fit), filled = at {top} ({top // T}×); bars: {level:.0%} bootstrap interval over windows")
-    bx.xaxis.label.set_fontsize(9)
+    bx.set_title(f"fit at L = {T} (open) and level at {top} = {top // T}× (filled), unpaired: "
+                 f"{level:.0%} bootstrap intervals over windows, each length on its own", fontsize=9)
+    bx.set_xlabel("perplexity (bytes)", fontsize=9)
+
+
+def _empty_figure(path):
+    "Every PE failed at its own training length: say so in the figure rather than fail the sweep."
+    fig, ax = plt.subplots(figsize=(8, 1.5)); ax.axis("off")
+    ax.text(0.5, 0.5, "no PE of this sweep has a perplexity at its training length", ha="center", va="center")
+    if path: save_figure(fig, path, RESULTS_MODE, dpi=100, bbox_inches="tight")
+    return fig
+
+# %% ../nbs/56_sweep.ipynb #65e3637d
+def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[float] = None,
+               order: Optional[Sequence[str]] = None):
+    "The sweep: growth g(n) per PE against the window's (full range, then a zoom near it), and each PE's fit and level at the longest length."
+    rows, st = int_lengths(res["rows"]), res["settings"]
+    T = st["train_len"]
+    curves = {s: c for s, c in ((s, growth_curve(r, T)) for s, r in rows.items()) if c}
+    if not curves: return _empty_figure(path)
+    top = max(max(c) for c in curves.values())
+    asked = [s for s in (order or []) if s in curves]
+    order = asked + [s for s in curves if s not in asked]   # the order the PEs were asked for, never a ranking of one seed
+    style = pe_styles(order)                                # the book's colour per family; a line style or marker apart
+    win = window_row(res) if window_row(res) in curves else None
+    gw, labels = (curves[win].get(top) if win else None), _legend_labels(curves, order, top, win)
+    near = [s for s in order if s in near_window(res)]
+    zoom = len([s for s in near if s != win]) >= 2
+    heights = [4.2] + ([3.0] if zoom else []) + [0.9 + 0.23 * len(order)]   # inches of each panel
+    fig = plt.figure(figsize=(8.6, sum(heights) + 1.2), dpi=100)
+    gs = fig.add_gridspec(len(heights), 2, height_ratios=heights, width_ratios=[1.7, 1], left=0.1, right=0.98,
+                          top=1 - 0.8 / (sum(heights) + 1.2), bottom=0.45 / (sum(heights) + 1.2), hspace=0.32, wspace=0.05)
+    axes = [fig.add_subplot(gs[i, 0]) for i in range(len(heights) - 1)] + [fig.add_subplot(gs[-1, :])]
+    ax, bx = axes[0], axes[-1]                               # the legend of the top panel fills the right column
+    _growth_panel(ax, curves, order, style, T, win, labels)
+    ax.set_ylabel(f"growth g = ppl(n·L) / ppl({T})", fontsize=9)
+    ax.set_title("growth on the same scored targets" + ("; broad: the window" if win else ""), fontsize=10)
+    ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.02, 1.03), frameon=False, handlelength=2.8,
+              title=f"PE  g at {top // T}×" + ("  ÷w: ÷ the window's g" if gw else ""), title_fontsize=8)
+    if zoom:
+        _growth_panel(axes[1], {s: curves[s] for s in near}, near, style, T, win, {s: "_" + s for s in near})
+        axes[1].set_ylabel("growth g (zoom)", fontsize=9)
+        axes[1].set_title(f"zoom: the {len(near) - 1} PEs within ±{NEAR_WINDOW:.0%} of the window's g (broad)", fontsize=10)
+    for a in axes[:-1]: a.set_xlabel(f"evaluation length n·L (tokens; trained at L = {T})", fontsize=9)
+    _level_panel(bx, rows, curves, order, style, T, top, interval_level(res))
+    if ymax: bx.set_xlim(right=ymax)
     fig.suptitle(f"lengthx sweep: {st.get('preset', '?')} model, {st.get('steps', '?')} steps at length {T}, "
-                 f"{st.get('protocol', '?')} (k = {st.get('k') or T}, {st.get('n_windows', '?')} windows)", fontsize=10)
-    fig.tight_layout()
+                 f"{st.get('protocol', '?')} (k = {st.get('k') or T}, {st.get('n_windows', '?')} windows), one seed", fontsize=10)
     if path:
         save_figure(fig, path, RESULTS_MODE, dpi=100, bbox_inches="tight")   # a link at `path` is replaced, never written through
     return fig
 
-# %% ../nbs/56_sweep.ipynb #a2e50a1c
+# %% ../nbs/56_sweep.ipynb #528c37bc
 def _median(xs: Sequence[float]) -> float:
     s = sorted(xs)
     return (s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
@@ -302,7 +381,7 @@ def resolution(res: dict) -> dict:
     rows, st = int_lengths(res["rows"]), res["settings"]
     T = st["train_len"]
     top = max((L for r in rows.values() for L, v in r["ppl"].items() if not isinstance(v, str)), default=T)
-    out = {"n_windows": st.get("n_windows"), "level": st.get("interval_level", SWEEP_INTERVAL), "train_len": T, "top": top}
+    out = {"n_windows": st.get("n_windows"), "level": interval_level(res), "train_len": T, "top": top}
     for name, L in (("at_L", T), ("at_top", top)):
         have = [(r["ppl"][L], r["ppl_interval"][L]) for r in rows.values()
                 if not isinstance(r["ppl"].get(L, ""), str) and L in r.get("ppl_interval", {})]
@@ -313,6 +392,12 @@ def resolution(res: dict) -> dict:
     out["apart"] = sum(a[1] < b[0] or b[1] < a[0] for i, a in enumerate(bands) for b in bands[i + 1:])
     return out
 
+# %% ../nbs/56_sweep.ipynb #da340c5d
+def _pairs_apart(apart: int, pairs: int) -> str:
+    "'3 of 171 pairs have intervals apart', or the one pair's case in words."
+    if pairs == 1: return "the one pair has intervals apart" if apart else "the one pair's intervals overlap"
+    return f"{apart} of {pairs} pairs have intervals apart"
+
 
 def resolution_note(res: dict) -> str:
     "One sentence on what the sweep's intervals can and cannot separate, computed from its rows."
@@ -321,6 +406,6 @@ def resolution_note(res: dict) -> str:
     T, top, w = r["train_len"], r["top"], lambda h: f"±{h['ppl']:.2g} ppl (±{h['rel']:.0%})"
     far = f" and {w(r['at_top'])} at {top}" if r["at_top"] and top != T else ""
     return (f"with {r['n_windows']} windows per length the {r['level']:.0%} intervals are about {w(r['at_L'])} at {T}{far}: "
-            f"differences between encodings smaller than that are not resolved here (at {top}, {r['apart']} of "
-            f"{r['pairs']} pairs have intervals apart). Growth is ppl(n·L) / ppl(L) on the same scored targets, "
-            f"one seed per encoding.")
+            f"differences between encodings smaller than that are not resolved here (at {top}, where a level holds fit "
+            f"and growth together, {_pairs_apart(r['apart'], r['pairs'])}). The intervals are on levels, each length "
+            f"resampled on its own; growth is ppl(n·L) / ppl(L) on the same scored targets, one seed per encoding.")

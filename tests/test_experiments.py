@@ -338,13 +338,14 @@ def test_the_sweep_figure_and_table_from_the_committed_sweep(tmp_path):
     res = X.pick(X.load_results([ROOT / "nbs" / "results"]), "sweep", "cpu")["result"]
     fig = plot_sweep(res, tmp_path / "sweep.png")
     assert plotcheck.backwards_lines(fig) == []                            # every curve runs forwards in length
-    top, bottom = fig.axes[:2]
+    top, bottom = fig.axes[0], fig.axes[-1]                                 # growth first, the levels last
     labels = [t.get_text() for t in top.get_legend().get_texts()]
     assert all(any(l.startswith(s + "  ") for l in labels) for s in res["rows"])   # every PE named in the legend
     assert len({(str(ln.get_color()), ln.get_linestyle(), ln.get_marker()) for ln in top.get_lines()
                 if ln.get_label() in labels}) == len(labels)                  # no two curves drawn alike
     ticks = [float(t.get_text()) for t in top.get_yticklabels() if t.get_text()]
-    g = [growth(r) for r in res["rows"].values() if growth(r) is not None]
+    T = res["settings"]["train_len"]
+    g = [growth(r, T) for r in res["rows"].values() if growth(r, T) is not None]
     lo, hi = top.get_ylim()
     assert len(ticks) >= 3 and lo <= min(g) and max(g) <= hi and all(lo <= t <= hi for t in ticks)
     assert [t.get_text() for t in bottom.get_yticklabels()] == list(res["rows"])   # the rows' order, not a ranking
@@ -352,7 +353,7 @@ def test_the_sweep_figure_and_table_from_the_committed_sweep(tmp_path):
     table = sweep_table(res).splitlines()
     rope = next(l for l in table if l.startswith("| rope |"))
     lo64, hi64 = res["rows"]["rope"]["ppl_interval"][64]
-    assert f"[{lo64:.1f}–{hi64:.1f}]" in rope and f"×{growth(res['rows']['rope']):.3f}" in rope
+    assert f"[{lo64:.1f}–{hi64:.1f}]" in rope and f"×{growth(res['rows']['rope'], T):.3f}" in rope
     assert max(len(l) for l in table) < 110                                 # fits a terminal
 
 

@@ -16,7 +16,8 @@ from lengthx.evaluate import Protocol
 from lengthx.experiments import UNIT
 from lengthx.model import GPTConfig, check_model_spec
 from lengthx.evaluate import pe_styles
-from lengthx.sweep import BUDGETS, QUICK_PES, plot_sweep, resolution, resolution_note, run_sweep, spec_family, sweep_specs
+from lengthx.sweep import (BUDGETS, NEAR_WINDOW, QUICK_PES, growth, near_window, plot_sweep, relative_growth, resolution,
+                           resolution_note, run_sweep, spec_family, sweep_specs, sweep_table)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -56,7 +57,7 @@ def test_the_note_is_read_from_the_intervals():
     assert r["pairs"] == 3 and r["apart"] == 2                         # at 32: a–b and b–c apart, a–c overlap
     note = resolution_note(res)
     assert note.startswith("with 7 windows per length the 90% intervals are about ±2 ppl (±") and "±1 ppl" in note
-    assert "(at 32, 2 of 3 pairs have intervals apart)" in note
+    assert "2 of 3 pairs have intervals apart)" in note and "where a level holds fit and growth together" in note
     wider = {**res, "rows": {**rows, "a": _row("a", (5, 15), (11, 13))}}
     assert resolution(wider)["at_L"]["ppl"] == 3 and resolution_note(wider) != note
 
@@ -102,9 +103,10 @@ def test_the_quick_figure_draws_the_book_palette_in_the_asked_order_and_no_two_l
     assert [_look(ln) for ln in lines] == [(matplotlib.colors.to_hex(book[s]["color"]), book[s]["ls"], book[s]["marker"])
                                            for s in asked]
     legend = top.get_legend()
-    assert legend.get_title().get_text() == "PE"                       # no ranking in the title
+    title = legend.get_title().get_text()
+    assert title.startswith("PE  g at 2×") and not any(w in title for w in ("rank", "best", "order"))   # no ranking in the title
     assert [t.get_text().split("  ")[0] for t in legend.get_texts()][:len(asked)] == asked   # the order asked for
-    assert [t.get_text() for t in fig.axes[1].get_yticklabels()] == asked                     # the bottom panel too
+    assert [t.get_text() for t in fig.axes[-1].get_yticklabels()] == asked                    # the bottom panel too
     assert plotcheck.backwards_lines(fig) == []                        # x runs forwards
     assert [t.get_text() for t in top.get_xticklabels()] == ["16\n1×", "32\n2×"]   # every length labelled, plainly
     plt.close(fig)
@@ -133,3 +135,70 @@ def test_the_sweep_draws_its_figure_in_the_order_the_encodings_were_asked_for(tm
     assert seen == [["nope", "alibi"]]
     run_sweep(["alibi", "nope"], b, tmp_path, protocol=Protocol(n_windows=3, max_factor=2), progress=False, figure=True)
     assert seen[-1] == ["alibi", "nope"]                                 # resumed and asked the other way round
+
+
+def test_growth_is_divided_by_the_value_at_the_training_length():
+    "Not by the shortest length present, and none when the training length itself has no value."
+    row = {"spec": "a", "ppl": {"32": 10.0, "64": 8.0, "128": 12.0}}
+    assert growth(row, 64) == 12.0 / 8.0                                # the shortest length (32) is not L
+    assert growth({"spec": "a", "ppl": {"32": 10.0, "128": 12.0}}, 64) is None
+    assert growth({"spec": "a", "ppl": {"64": 8.0, "128": "error: too long"}}, 64) is None   # nothing beyond L
+
+
+def test_the_interval_level_is_read_from_the_rows():
+    "Rows scored at 80% are labelled 80% everywhere, though the settings do not say it."
+    rows = {s: {**_row(s, (10, 12), (11, 14)), "interval_level": 0.8} for s in ("a", "b")}
+    res = {"settings": {"train_len": 16, "max_factor": 2, "n_windows": 7}, "rows": rows}
+    assert resolution(res)["level"] == 0.8 and "the 80% intervals" in resolution_note(res)
+    assert "[80%]" in sweep_table(res).splitlines()[0] and "[90%]" not in sweep_table(res)
+    fig = plot_sweep(res)
+    assert "80% bootstrap" in fig.axes[-1].get_title()
+    plt.close(fig)
+
+
+def test_the_one_pair_is_said_in_the_singular():
+    res = {"settings": {"train_len": 16, "max_factor": 2, "n_windows": 7}, "rows": {s: _row(s, (9, 11), (11, 13)) for s in "ab"}}
+    assert "the one pair's intervals overlap" in resolution_note(res) and "of 1 pairs" not in resolution_note(res)
+
+
+def _window_sweep():
+    "A sweep whose window row drops at 2x and stays flat; 'near' within 1% of it, 'far' 10% above, 'short' only at L."
+    g = {"window:w=16:kerple_log": (1, 0.99, 0.99), "near": (1, 0.995, 1.0), "near2": (1, 0.99, 0.985),
+         "far": (1, 1.05, 1.09)}
+    rows = {s: {"spec": s, "ppl": {16: 10 * a, 32: 10 * b, 64: 10 * c}, "ppl_interval": {16: [9 * a, 11 * a], 64: [9 * c, 11 * c]},
+                "interval_level": 0.9, "train_seconds": 1.0} for s, (a, b, c) in g.items()}
+    rows["short"] = {"spec": "short", "ppl": {16: 11.0, 32: "error: table", 64: "error: table"}, "ppl_interval": {16: [10, 12]},
+                     "interval_level": 0.9, "train_seconds": 1.0}
+    return {"settings": {"train_len": 16, "max_factor": 4, "n_windows": 16, "k": 16}, "rows": rows}
+
+
+def test_growth_is_read_against_the_window_row():
+    res = _window_sweep()
+    rel = relative_growth(res)
+    assert abs(rel["far"][64] - 1.09 / 0.99) < 1e-12 and abs(rel["near"][32] - 0.995 / 0.99) < 1e-12
+    assert rel["short"] == {} and all(abs(v - 1) < 1e-12 for v in rel["window:w=16:kerple_log"].values())
+    assert near_window(res) == ["window:w=16:kerple_log", "near", "near2"] and NEAR_WINDOW < 1.09 / 0.99 - 1
+    table = sweep_table(res).splitlines()
+    assert "÷ window" in table[0] and f"| ×1.090 | {1.09 / 0.99:.3f} |" in next(l for l in table if l.startswith("| far |"))
+    assert relative_growth({**res, "rows": {s: r for s, r in res["rows"].items() if not s.startswith("window")}}) == {}
+
+
+def test_the_figure_draws_the_window_as_reference_zooms_near_it_and_shows_a_single_point(tmp_path):
+    res = _window_sweep()
+    fig = plot_sweep(res, tmp_path / "sweep.png")
+    top, zoom, bottom = fig.axes
+    band = [ln for ln in top.get_lines() if ln.get_label() == "_window band"]
+    assert len(band) == 1 and band[0].get_linewidth() > 3 and list(band[0].get_ydata()) == [1, 0.99, 0.99]
+    drawn = {ln.get_label().split("  ")[0] for ln in zoom.get_lines() if ln.get_label() not in ("_window band", "×1: no change")}
+    assert drawn == {"_near", "_near2", "_window:w=16:kerple_log"}          # only the rows near the window, zoomed
+    lo, hi = zoom.get_ylim()
+    assert hi - lo < 0.05 and lo <= 0.985 and hi >= 1.0                      # a narrow axis that still holds every point
+    short = next(ln for ln in top.get_lines() if ln.get_label().startswith("short  "))
+    assert len(short.get_xdata()) == 1 and short.get_markersize() >= 8      # a value at L alone, drawn large on top
+    assert any(t.get_text() == "short: 1× only" for t in top.texts)
+    assert "unpaired" in bottom.get_title() and "fit at L = 16" in bottom.get_title()
+    plt.close(fig)
+    far = {**res, "rows": {s: r for s, r in res["rows"].items() if s != "near2"}}
+    fig = plot_sweep(far)
+    assert len(fig.axes) == 2                                                 # one row near the window: no zoom panel
+    plt.close(fig)
