@@ -7,7 +7,7 @@
 #      these results beside the committed ones.
 #      On a CPU, `OUT=d BUDGET=smoke bash tools/gpu_checks.sh` runs this path at the smoke budget and stops after it;
 #   1. chapter 43's measurement on the GPU: `lengthx reproduce --budget colab --only dape_fast`;
-#   1b. chapter 13's long-document grid at the GPU preset (every method, 8 documents to 4L, 10 shared keys):
+#   1b. chapter 13's long-document grid at the GPU preset (every method, the 4 stdlib documents that hold 4L tokens, 10 shared keys):
 #      `lengthx reproduce --budget colab --only long_docs`, resumable: an overrun leaves its partial file in $OUT;
 #   2. the compiled Triton refine kernel against the reference (tests/test_fused_refine.py's GPU tests);
 #   3. chapter 60's budget search: `lengthx reproduce --budget colab --only che_budget`.
