@@ -12,7 +12,13 @@ from lengthx.results import load_results
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "nbs" / "results" / "zero_shot_cpu.json"
-REL_TOL = 1e-4   # relative tolerance of a retrained committed model's perplexity (chapter 12 states the same)
+SAME_MODEL = 100   # a retrained model is the committed one when it differs 100x less than any two seeds do (chapter 12 states the same)
+
+
+def seed_gap(rows: dict) -> float:
+    "The smallest difference between two seeds' models: min over pairs of the largest relative perplexity difference over lengths."
+    ppl = {s: r["ppl"]["last_k_common"] for s, r in rows.items()}
+    return min(max(abs(ppl[a][L] / ppl[b][L] - 1) for L in ppl[a]) for a in ppl for b in ppl if a < b)
 
 
 def test_rule_specs_scale_with_the_factor():
@@ -92,18 +98,21 @@ def test_plain_row_is_the_main_units_model(smoke):
 
 
 def test_committed_plain_rows_equal_the_committed_rope_rows():
-    "Each committed seed's plain row is the committed `rope` row of that seed (main or seeds unit) within REL_TOL at every length (trained again by later code: not bit for bit)."
+    "Each committed seed's plain row is the committed `rope` row of that seed (main or seeds unit) at every length within a hundredth of the smallest difference between two seeds (trained again by later code: not always bit for bit)."
     rec = json.loads(COMMITTED.read_text())
     recs = load_results([COMMITTED.parent])
     rope = gather("rope", recs)
+    plain = {seed: rec["result"]["rows"][f"{X.ZERO_SHOT_PREFIX}rope|seed={seed}"] for seed in rec["settings"]["seeds"]}
+    tol = seed_gap(plain) / SAME_MODEL
+    assert tol < 1e-3   # seeds differ by a few percent: the bar stays tight
     for seed in rec["settings"]["seeds"]:
         row = rec["result"]["rows"][f"{X.ZERO_SHOT_PREFIX}rope|seed={seed}"]
         mine = {int(L): v for L, v in row["ppl"]["last_k_common"].items()}
         theirs = rope.rows[seed]["ppl"]["last_k_common"]
         rel = max(abs(v / theirs[L] - 1) for L, v in mine.items())
-        assert rel < REL_TOL and rel == pytest.approx(row["committed"]["max_rel_diff"]), (seed, row["committed"])
+        assert rel < tol and rel == pytest.approx(row["committed"]["max_rel_diff"]), (seed, row["committed"], tol)
     zs = growth(gather(X.ZERO_SHOT_PREFIX + "rope", recs, units=("zero_shot",)), 16 * 64)
-    assert zs.keys() == set(rec["settings"]["seeds"]) and all(abs(v / growth(rope, 16 * 64)[n] - 1) < 2 * REL_TOL for n, v in zs.items())
+    assert zs.keys() == set(rec["settings"]["seeds"]) and all(abs(v / growth(rope, 16 * 64)[n] - 1) < 2 * tol for n, v in zs.items())
 
 
 def test_window_row_is_the_yardstick(smoke):
