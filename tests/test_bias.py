@@ -59,6 +59,25 @@ def test_t5_bucket_rejects_too_few_buckets():
         relative_position_bucket(torch.arange(3), bidirectional=True, num_buckets=2)
 
 
+def test_t5_module_rejects_too_few_buckets_when_built():
+    # the one bucket-count check (relative_position_bucket's) runs when the module is built, not at its first forward
+    from lengthx.attention import PEContext
+    from lengthx.pe.bias import T5BiasPE
+    ctx = PEContext(n_heads=2, head_dim=8, d_model=16)
+    with pytest.raises(ValueError, match="bidirectional buckets need num_buckets >= 4, got 3"):
+        T5BiasPE(ctx, num_buckets=3, max_distance=128, bidirectional=True)
+    with pytest.raises(ValueError, match="causal buckets need num_buckets >= 2, got 1"):
+        T5BiasPE(ctx, num_buckets=1, max_distance=128)
+    assert T5BiasPE(ctx, num_buckets=4, max_distance=128, bidirectional=True).table.weight.shape == (4, 2)
+
+
+def test_t5_last_bucket_starts_below_max_distance():
+    # bucket 31 begins where 16·ln(n/16)/ln 8 reaches 15, n = ceil(16·8^(15/16)) = 113, not at max_distance 128
+    b = relative_position_bucket(-torch.arange(200), bidirectional=False)
+    start = int((b == 31).nonzero()[0])
+    assert start == math.ceil(16 * 8 ** (15 / 16)) and b[start - 1] == 30 and start < 128
+
+
 def test_t5_bias_reads_table_and_is_shift_invariant():
     pe = build_pe("t5", n_heads=3, head_dim=8)
     p, p5 = Positions.arange(1, 200), Positions.arange(1, 200, offset=5)

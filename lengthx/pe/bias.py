@@ -38,8 +38,9 @@ def squeeze_batch(b: Tensor) -> Tensor:
 def relative_position_bucket(rel: Tensor, *, bidirectional: bool, num_buckets: int = 32,
                              max_distance: int = 128) -> Tensor:
     "T5's bucket index for offsets `rel` = key − query: exact for short distances, log-spaced up to `max_distance`."
-    if num_buckets < 2 or (bidirectional and num_buckets < 4):
-        raise ValueError(f"num_buckets={num_buckets} is too small for bidirectional={bidirectional}")
+    least = 4 if bidirectional else 2                       # two halves of (exact + log-spaced) buckets, or one
+    if num_buckets < least:
+        raise ValueError(f"{'bidirectional' if bidirectional else 'causal'} buckets need num_buckets >= {least}, got {num_buckets}")
     ret = torch.zeros_like(rel)
     if bidirectional:
         num_buckets //= 2
@@ -61,8 +62,9 @@ class T5BiasPE(PE):
     def __init__(self, ctx: PEContext, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = False):
         super().__init__(ctx)
         self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bidirectional
+        self.buckets(torch.zeros(1, dtype=torch.long))   # a bucket count the rule cannot use fails here, not at the first forward
         self.table = nn.Embedding(num_buckets, ctx.n_heads)
-        nn.init.normal_(self.table.weight, std=0.02)
+        nn.init.normal_(self.table.weight, std=0.02)     # T5 uses factor · d_model^(-1/2); see the text
 
     def buckets(self, rel: Tensor) -> Tensor:
         return relative_position_bucket(rel, bidirectional=self.bidirectional, num_buckets=self.num_buckets,
@@ -78,19 +80,20 @@ class T5BiasPE(PE):
             return s + w[self.buckets(tok[b, ki] - tok[b, qi]), h]
         return mod
 
-
+# %% ../../nbs/20_t5_alibi.ipynb #f2ee1844
+#| code-fold: true
 from ..attention import Opt   # declares each option's type, default and range for register_pe
 
 
 @register_pe("t5", examples=["t5", "t5:bidirectional=true", "t5:num_buckets=16:max_distance=32"], options=[
     Opt("num_buckets", int, 32, "learned values per head: half exact distances, half log-spaced", lo=2, hi=65536, example=16),
-    Opt("max_distance", int, 128, "distance where the log-spaced buckets end (farther keys share the last)",
+    Opt("max_distance", int, 128,
+        "distance the log spacing is scaled to (the last bucket starts a little before it and holds all farther keys)",
         lo=1, hi=10**9, example=32),
     Opt("bidirectional", bool, False, "separate buckets for keys after the query (encoders)", example=True)])
 def _t5(ctx: PEContext, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = False) -> PE:
     "T5 bucketed relative bias (learned, shared across layers)."
     exact = num_buckets // 4 if bidirectional else num_buckets // 2     # distances that get a bucket each
-    if bidirectional and num_buckets < 4: raise ValueError(f"bidirectional buckets need num_buckets >= 4, got {num_buckets}")
     if max_distance <= exact:
         raise ValueError(f"max_distance={max_distance} must exceed the {exact} exactly-bucketed distances "
                          f"(num_buckets // {4 if bidirectional else 2}), or the log-spaced buckets span nothing")
@@ -127,9 +130,11 @@ class ALiBiPE(PE):
         tok, m = pos.token, self.slopes
         return lambda s, b, h, qi, ki: s - m[h] * (tok[b, qi] - tok[b, ki]).abs()
 
-
+# %% ../../nbs/20_t5_alibi.ipynb #829e2e45
+#| code-fold: true
 @register_pe("alibi", examples=["alibi", "alibi:scale=2.0"], options=[
-    Opt("scale", float, 1.0, "multiplier of the official slopes 2^(−8h/H)", lo=0, hi=1e6, lo_open=True, example=2.0)])
+    Opt("scale", float, 1.0, "multiplier of the official slopes 2^(−8(h+1)/H), h = 0..H−1 (H a power of 2)", lo=0, hi=1e6,
+        lo_open=True, example=2.0)])
 def _alibi(ctx: PEContext, scale: float = 1.0) -> PE:
     "ALiBi linear biases with the official slopes (times `scale`)."
     return ALiBiPE(ctx, scale)
