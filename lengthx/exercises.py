@@ -692,7 +692,7 @@ def fire_distance(i: Tensor, j: Tensor, c: float, L: float) -> Tensor:
     return psi(i - j) / psi(torch.clamp(i, min=L))
 
 
-written("22.2", "22_sandwich_fire", "Bound the Sandwich bias and find the first distance at which it stops decreasing", "derive")
+written("22.2", "22_sandwich_fire", "Match a Sandwich head with a KERPLE-log kernel and find where the match breaks", "derive")
 written("22.3", "22_sandwich_fire", "Predict FIRE's bias at 4× the training length with and without the threshold L, then measure", "experiment")
 
 # %% ../nbs/80_exercises.ipynb #2648fde5

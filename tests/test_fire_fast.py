@@ -144,3 +144,25 @@ def test_fire_mask_is_a_toeplitz_view_below_L_and_equal_to_the_dense_one():
     finally: FirePE.toeplitz = orig
     assert pe.toeplitz(pos) and len(view) == 4 + len(list(pe.parameters()))
     for a, b in zip(view, dense): assert (a - b).abs().max() <= 1e-10 * b.abs().max().clamp(min=1.0)
+
+
+@pytest.mark.parametrize("act", [nn.LeakyReLU(0.3), nn.LeakyReLU(0.01), nn.GELU()])
+@pytest.mark.parametrize("unrolled", [False, True])
+def test_score_mod_uses_the_mlps_activation(act, unrolled):
+    "flex's score_mod (both forms) computes the MLP with its own activation, as bias() does: not a ReLU for every MLP."
+    from lengthx.attention import attention
+    pe = _fire(L_mult=0.5)
+    pe.mlp[1] = act
+    pe.flex_unrolled = unrolled
+    T = 24
+    pos = Positions.arange(1, T)
+    tok = pos.token
+    mod = pe.score_mod(pos)
+    with torch.no_grad():
+        want = pe.bias(pos, pos)                                            # [H, T, T]
+        got = torch.stack([torch.stack([torch.stack([mod(torch.tensor(0.0), 0, h, torch.tensor(i), torch.tensor(j))
+                                                      for j in range(T)]) for i in range(T)]) for h in range(want.shape[0])])
+        assert (got - want).abs().max() <= 1e-5 * want.abs().max()
+        q, k, v = (torch.randn(1, 4, T, 8, generator=torch.Generator().manual_seed(s)) for s in range(3))
+        ref = attention(q, k, v, pe, pos, path="naive")
+        assert (attention(q, k, v, pe, pos, path="flex") - ref).abs().max() <= 1e-5

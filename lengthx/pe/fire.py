@@ -17,8 +17,8 @@ from .absolute import sinusoidal_frequencies
 from .bias import relative_positions, shared_rows, squeeze_batch
 
 # %% auto #0
-__all__ = ['sandwich_kernel', 'sandwich_ratios', 'SandwichPE', 'relu_mlp_breakpoints', 'piecewise_linear_gates',
-           'piecewise_linear_tables', 'piecewise_linear_eval', 'fire_normalized_distance', 'toeplitz_rows',
+__all__ = ['sandwich_kernel', 'sandwich_ratios', 'SandwichPE', 'fire_normalized_distance', 'relu_mlp_breakpoints',
+           'piecewise_linear_gates', 'piecewise_linear_tables', 'piecewise_linear_eval', 'toeplitz_rows',
            'toeplitz_top', 'FirePE']
 
 # %% ../../nbs/22_sandwich_fire.ipynb #cbb88dc5
@@ -61,7 +61,8 @@ class SandwichPE(PE):
         tbl = self.table(self._span(tok), tok.device)
         return lambda s, b, h, qi, ki: s + tbl[h, (tok[b, qi] - tok[b, ki]).abs()]
 
-
+# %% ../../nbs/22_sandwich_fire.ipynb #67494e94
+#| code-fold: true
 from ..attention import Opt   # declares each option's type, default and range for register_pe
 
 
@@ -72,7 +73,20 @@ def _sandwich(ctx: PEContext, dbar: int = 128, base: float = 10000.0) -> PE:
     "Sandwich: parameter-free sinusoidal dot-product bias with per-head compression."
     return SandwichPE(ctx, dbar, base)
 
+# %% ../../nbs/22_sandwich_fire.ipynb #b874e5eb
+def fire_normalized_distance(pos_q: Tensor, pos_k: Tensor, c: Tensor | float, L: Tensor | float,
+                             eps: float = 1e-6) -> Tensor:
+    "FIRE's MLP input ψ(|i−j|)/ψ(max(i, L)) with ψ(x) = log(|c·x| + 1), for query positions i and key positions j (broadcast), in c's dtype."
+    dtype = c.dtype if isinstance(c, Tensor) and c.is_floating_point() else torch.get_default_dtype()
+    i, j = pos_q.to(dtype), pos_k.to(dtype)
+    c = torch.as_tensor(c, dtype=dtype, device=i.device)
+    L = torch.as_tensor(L, dtype=dtype, device=i.device)
+    num = torch.log1p((c * (i - j)).abs())
+    den = torch.log1p((c * torch.maximum(i, L)).abs()) + eps
+    return num / den
+
 # %% ../../nbs/22_sandwich_fire.ipynb #f1a9e0c2
+#| code-fold: true
 def relu_mlp_breakpoints(w1: Tensor, b1: Tensor) -> tuple[Tensor, Tensor]:
     "The kinks x_k = −b1_k/w1_k of the hidden units with w1_k ≠ 0, sorted, and the unit behind each: where f_θ can bend."
     units = torch.nonzero(w1 != 0).flatten()
@@ -110,18 +124,7 @@ def piecewise_linear_eval(x: Tensor, kinks: Tensor, A: Tensor, B: Tensor) -> Ten
     return torch.stack([torch.take(Bt[h], s).addcmul_(torch.take(At[h], s), x) for h in range(len(At))])
 
 # %% ../../nbs/22_sandwich_fire.ipynb #6bca4d34
-def fire_normalized_distance(pos_q: Tensor, pos_k: Tensor, c: Tensor | float, L: Tensor | float,
-                             eps: float = 1e-6) -> Tensor:
-    "FIRE's MLP input ψ(|i−j|)/ψ(max(i, L)) with ψ(x) = log(|c·x| + 1), for query positions i and key positions j (broadcast), in c's dtype."
-    dtype = c.dtype if isinstance(c, Tensor) and c.is_floating_point() else torch.get_default_dtype()
-    i, j = pos_q.to(dtype), pos_k.to(dtype)
-    c = torch.as_tensor(c, dtype=dtype, device=i.device)
-    L = torch.as_tensor(L, dtype=dtype, device=i.device)
-    num = torch.log1p((c * (i - j)).abs())
-    den = torch.log1p((c * torch.maximum(i, L)).abs()) + eps
-    return num / den
-
-
+#| code-fold: true
 def toeplitz_rows(tq: Tensor, tk: Tensor, L: Tensor) -> int:
     "How many leading queries see a Toeplitz bias: queries and keys the same consecutive positions [1, T], query below L (normalizer ψ(L))."
     if tq.shape[0] != 1 or tq.shape != tk.shape or not torch.equal(tq, tk): return 0
@@ -192,19 +195,20 @@ class FirePE(PE):
         return top if r == T else torch.cat([top, f(self.x(t[r:, None], t[None, :]))], dim=1)
 
     def score_mod(self, pos: Positions, layer: int = 0) -> Callable:
+        "s + f_θ(x) at each (query, key), the MLP run with its own activation σ = mlp[1] (ReLU, LeakyReLU or another)."
         tok, c, L, eps = pos.token, self.c, self.L, self.eps
         w1, b1 = self.mlp[0].weight[:, 0], self.mlp[0].bias
         w2, b2 = self.mlp[2].weight, self.mlp[2].bias
-        width = w1.shape[0]
+        act, width = self.mlp[1], w1.shape[0]
         def x_of(b, qi, ki):
             i, j = tok[b, qi].to(c.dtype), tok[b, ki].to(c.dtype)
             return torch.log1p((c * (i - j)).abs()) / (torch.log1p((c * torch.maximum(i, L)).abs()) + eps)
         unrolled = self.flex_unrolled if self.flex_unrolled is not None else tok.device.type != "cpu"
         if not unrolled:               # eager flex (vmap on CPU): one vector op per MLP layer is fastest
-            return lambda s, b, h, qi, ki: s + b2[h] + (w2[h] * torch.relu(w1 * x_of(b, qi, ki) + b1)).sum()
+            return lambda s, b, h, qi, ki: s + b2[h] + (w2[h] * act(w1 * x_of(b, qi, ki) + b1)).sum()
         def mod(s, b, h, qi, ki):      # compiled flex (GPU): scalar code only, the MLP written out unit by unit
             x, acc = x_of(b, qi, ki), b2[h]
-            for u in range(width): acc = acc + w2[h, u] * torch.relu(w1[u] * x + b1[u])
+            for u in range(width): acc = acc + w2[h, u] * act(w1[u] * x + b1[u])
             return s + acc
         return mod
 
