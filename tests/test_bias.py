@@ -222,6 +222,19 @@ def test_randomized_pe_train_vs_eval():
         build_pe("randomized:max_len=8:alibi", n_heads=2, head_dim=8).train().make_positions(ids)
 
 
+def test_randomized_pe_refuses_offset_while_drawing():
+    "A drawing call with offset > 0 cannot continue an earlier call's draw (it used to redraw, non-monotone across calls)."
+    torch.manual_seed(0)
+    ids = torch.zeros(2, 8, dtype=torch.long)
+    for spec, train in (("randomized:alibi", True), ("randomized:eval_random=true:alibi", False)):
+        pe = build_pe(spec, n_heads=2, head_dim=8, max_len=16).train(train)
+        with pytest.raises(ValueError, match="offset=8"):
+            pe.make_positions(ids, offset=8)
+        assert (pe.make_positions(ids).token.diff(dim=1) > 0).all()      # offset 0 still draws
+    plain = build_pe("randomized:alibi", n_heads=2, head_dim=8, max_len=16).eval()
+    assert torch.equal(plain.make_positions(ids, offset=8).token, Positions.arange(2, 8, offset=8).token)
+
+
 def test_fire_unrolled_score_mod_matches_naive():
     "The scalar (GPU) form of FIRE's score_mod computes the same bias as the materialized MLP."
     torch.manual_seed(0)

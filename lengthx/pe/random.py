@@ -47,13 +47,16 @@ class RandomizedPE(WrappedPE):
     def make_positions(self, ids: Tensor, offset: int = 0) -> Positions:
         pos = self.inner.make_positions(ids, offset)
         if not (self.training or self.eval_random): return pos
+        if offset:
+            raise ValueError(f"{self.spec!r} draws new positions on every call, so a call with offset={offset} cannot "
+                             "continue an earlier call's draw; pass the whole sequence at once (or use plain positions)")
         B, T = ids.shape
-        draw = randomized_positions(offset + T, self.max_len)[offset:].to(ids.device)
-        return replace(pos, token=draw.expand(B, T))
+        return replace(pos, token=randomized_positions(T, self.max_len).to(ids.device).expand(B, T))
 
     def extra_repr(self) -> str: return f"spec={self.spec!r}, max_len={self.max_len}, eval_random={self.eval_random}"
 
-
+# %% ../../nbs/23_randomized.ipynb #069bad16
+#| code-fold: true
 from ..attention import Opt   # declares each option's type, default and range for register_pe
 
 
