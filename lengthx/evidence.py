@@ -43,7 +43,7 @@ __all__ = ['LM_UNITS', 'SAME_TARGETS', 'SEED_FREE', 'T975', 'QUANTITIES', 'BYTES
 
 # %% ../nbs/57_evidence.ipynb #e16f7546
 # units whose rows are trained language models, `spec|seed=N`
-LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape", "successors", "current", "path")
+LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape", "successors", "current", "path", "variants")
 SAME_TARGETS = "last_k_common"                            # the protocol that scores the same bytes at every length
 SEED_FREE = ("seed", "seeds", "specs", "windowed")        # settings that may differ between files of one experiment
 

@@ -24,7 +24,7 @@ from pathlib import Path
 PREFIX = "Committed results read:"                       # lengthx.evidence.READS_PREFIX (kept here: the tool imports nothing)
 ITEM = re.compile(r"([\w.+-]+\.json) \(payload sha256 ([0-9a-f]{16,64})\)")
 METADATA = ("content_sha256", "provenance", "reattested")   # lengthx.evidence.METADATA
-LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape", "successors", "current", "path")   # == lengthx.evidence.LM_UNITS (a test holds them equal)
+LM_UNITS = ("main", "seeds", "more_seeds", "baselines", "cdape", "successors", "current", "path", "variants")   # == lengthx.evidence.LM_UNITS (a test holds them equal)
 SEED_FREE = ("seed", "seeds", "specs", "windowed")                # lengthx.evidence.SEED_FREE
 LM_FILE = re.compile(r"^(?:" + "|".join(LM_UNITS) + r")_(?P<preset>[a-z]+)(?:_seed\d+)?\.json$")
 
