@@ -240,11 +240,14 @@ def hf_rope_spec(rp: dict) -> str:
 
 # %% ../../nbs/14_current_models.ipynb #c372616b
 def hf_layer_pattern(config, sinks: bool = False) -> list[str]:
-    "One lengthx spec per layer of a Hugging Face decoder config (SmolLM3, Llama 4, Cohere2, Gemma 3/4, gpt-oss, Ministral 3); `sinks`: gpt-oss's layers in `sink:`."
+    """One lengthx spec per layer of a Hugging Face decoder config.
+
+    SmolLM3, Llama 4, Cohere2, Gemma 3/4, gpt-oss, Ministral 3; `sinks`: gpt-oss's layers in `sink:`."""
     n, kind = config.num_hidden_layers, config.model_type
     types = list(getattr(config, "layer_types", None) or ["full_attention"] * n)
     rp = config.rope_parameters
-    rotates = {"smollm3": lambda i: bool(config.no_rope_layers[i]), "llama4_text": lambda i: bool(config.no_rope_layers[i]),
+    rotates = {"smollm3": lambda i: bool(config.no_rope_layers[i]),
+               "llama4_text": lambda i: bool(config.no_rope_layers[i]),
                "cohere2": lambda i: types[i] == "sliding_attention"}.get(kind, lambda i: True)
     out = []
     for i, t in enumerate(types):
@@ -253,7 +256,8 @@ def hf_layer_pattern(config, sinks: bool = False) -> list[str]:
         if kind == "llama4_text" and not rotates(i) and config.attn_temperature_tuning:
             spec = f"temp:beta={_num(config.attn_scale)}:floor={config.floor_scale}:shift=1:{spec}"
         if kind == "ministral3" and rp.get("llama_4_scaling_beta") is not None:
-            spec = f"temp:beta={_num(rp['llama_4_scaling_beta'])}:floor={rp['original_max_position_embeddings']}:{spec}"
+            beta, floor = _num(rp["llama_4_scaling_beta"]), rp["original_max_position_embeddings"]
+            spec = f"temp:beta={beta}:floor={floor}:{spec}"
         if t == "sliding_attention": spec = f"window:w={config.sliding_window}:{spec}"
         elif t == "chunked_attention": spec = f"chunk:c={config.attention_chunk_size}:{spec}"
         elif t != "full_attention": raise ValueError(f"layer type {t!r} of layer {i} has no lengthx spec here")
