@@ -58,3 +58,24 @@ def test_bare_nope_is_kept_for_layer_patterns():
     m = GPT(GPTConfig(n_layer=2, n_head=2, d_model=16, pe="randomized:rope/randomized:nope", max_len=32)).train()
     ids = torch.randint(0, 256, (2, 32))
     with torch.no_grad(): assert (m(ids) - m(ids)).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("spec", ["randomized:max_len=8:cope", "randomized:max_len=12:fox", "randomized:max_len=3:cope",
+                                  "randomized:max_len=4:bipe:rope"])
+def test_the_probe_is_sized_to_n_so_a_small_n_is_still_checked(spec):
+    "A small N must not skip the check: the probe is sized to N, so CoPE and FoX are refused at N = 3..12 too."
+    with pytest.raises(ValueError, match="does not change when the token positions do"):
+        build_pe(spec, n_heads=2, head_dim=8, max_len=2)
+
+
+@pytest.mark.parametrize("spec", ["randomized:max_len=3:rope", "randomized:max_len=3:alibi", "randomized:max_len=4:learned",
+                                  "randomized:max_len=5:sinusoidal"])
+def test_a_small_n_accepts_pes_that_read_token_positions(spec):
+    "The probe's moved positions stay below N: a learned table of N rows is indexed in range, and RoPE/ALiBi pass."
+    pe = build_pe(spec, n_heads=2, head_dim=8, max_len=2)
+    assert pe.max_len == int(spec.split("=")[1].split(":")[0])
+
+
+def test_n_below_three_is_refused():
+    with pytest.raises(ValueError, match="max_len >= 3"):
+        build_pe("randomized:max_len=2:rope", n_heads=2, head_dim=8, max_len=2)

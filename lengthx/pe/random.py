@@ -36,8 +36,11 @@ class RandomizedPE(WrappedPE):
                              "draw would replace it (write one randomized with the max_len you want)")
         self.max_len = int(max_len or 4 * ctx.max_len)
         self.eval_random = bool(eval_random)
+        if self.max_len < 3:
+            raise ValueError(f"randomized needs max_len >= 3, got {self.max_len}: with N <= 2 no draw of two positions "
+                             "differs from the plain ones")
         _size_tables(inner, self.max_len)                     # a learned table must hold every position below N
-        if type(inner) is not PE and self.max_len >= 16 and not _reads_token(inner, ctx):   # bare NoPE: see the text
+        if type(inner) is not PE and not _reads_token(inner, ctx, self.max_len):   # bare NoPE: see the text
             raise ValueError(f"randomized cannot wrap {inner.spec!r}: its output does not change when the token positions "
                              "do (it reads none, or reads other indices), so the draw would change nothing")
 
@@ -78,8 +81,9 @@ def _size_tables(inner: PE, n: int) -> None:
 
 
 @torch.no_grad()
-def _reads_token(pe: PE, ctx: PEContext, length: int = 8) -> bool:
-    "True when `pe`'s input embedding or attention output changes when only the token positions do (t → 2t + 1)."
+def _reads_token(pe: PE, ctx: PEContext, max_len: int, longest: int = 8) -> bool:
+    "True when `pe`'s embedding or attention output changes when only the token positions do (t → 2t, below max_len)."
+    length = min(longest, (max_len + 1) // 2)                 # 2(length − 1) < max_len: every moved position drawable
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 256, (1, length), generator=g)
     x = torch.randn(1, length, ctx.d_model, generator=g)
@@ -91,7 +95,7 @@ def _reads_token(pe: PE, ctx: PEContext, length: int = 8) -> bool:
             if pe.uses_gate: pos = pe.gate(x, pos)
             return pe.embed(x, pos), attention(q, k, v, pe, pos, path="naive")
         pos = pe.make_positions(ids)
-        a, b = run(pos), run(replace(pos, token=2 * pos.token + 1))
+        a, b = run(pos), run(replace(pos, token=2 * pos.token))
     finally: pe.train(was)
     return any(not torch.allclose(u, w) for u, w in zip(a, b))
 
