@@ -16,7 +16,7 @@ from lengthx.evaluate import Protocol
 from lengthx.experiments import UNIT
 from lengthx.model import GPTConfig, check_model_spec
 from lengthx.evaluate import pe_styles
-from lengthx.sweep import (BUDGETS, NEAR_WINDOW, QUICK_PES, growth, near_window, plot_sweep, relative_growth, resolution,
+from lengthx.sweep import (BUDGETS, ZOOM_BAND, QUICK_PES, growth, zoom_rows, plot_sweep, relative_growth, resolution,
                            resolution_note, run_sweep, spec_family, sweep_specs, sweep_table)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,10 +54,9 @@ def test_the_note_is_read_from_the_intervals():
     res = {"settings": {"train_len": 16, "max_factor": 2, "n_windows": 7}, "rows": rows}
     r = resolution(res)
     assert r["at_L"]["ppl"] == 2 and r["at_top"]["ppl"] == 1           # medians of (1, 2, 3) and (1, 0.5, 2.25)
-    assert r["pairs"] == 3 and r["apart"] == 2                         # at 32: a–b and b–c apart, a–c overlap
     note = resolution_note(res)
     assert note.startswith("with 7 windows per length the 90% intervals are about ±2 ppl (±") and "±1 ppl" in note
-    assert "2 of 3 pairs have intervals apart)" in note and "where a level holds fit and growth together" in note
+    assert "unpaired intervals on levels" in note and "say nothing about another seed" in note
     wider = {**res, "rows": {**rows, "a": _row("a", (5, 15), (11, 13))}}
     assert resolution(wider)["at_L"]["ppl"] == 3 and resolution_note(wider) != note
 
@@ -156,9 +155,13 @@ def test_the_interval_level_is_read_from_the_rows():
     plt.close(fig)
 
 
-def test_the_one_pair_is_said_in_the_singular():
-    res = {"settings": {"train_len": 16, "max_factor": 2, "n_windows": 7}, "rows": {s: _row(s, (9, 11), (11, 13)) for s in "ab"}}
-    assert "the one pair's intervals overlap" in resolution_note(res) and "of 1 pairs" not in resolution_note(res)
+def test_the_note_counts_no_pairs_as_if_level_intervals_were_a_test():
+    "Level intervals of one model per encoding say nothing about seeds: the note never counts pairs 'apart'."
+    rows = {"a": _row("a", (9, 11), (11, 12)), "b": _row("b", (19, 23), (21.5, 22.5)), "c": _row("c", (30, 31), (40, 41))}
+    res = {"settings": {"train_len": 16, "max_factor": 2, "n_windows": 7}, "rows": rows}
+    note = resolution_note(res)
+    assert "pairs" not in note and "apart" not in note and set(resolution(res)) >= {"at_L", "at_top"}
+    assert "apart" not in resolution(res) and "gets no interval from them" in note
 
 
 def _window_sweep():
@@ -177,7 +180,7 @@ def test_growth_is_read_against_the_window_row():
     rel = relative_growth(res)
     assert abs(rel["far"][64] - 1.09 / 0.99) < 1e-12 and abs(rel["near"][32] - 0.995 / 0.99) < 1e-12
     assert rel["short"] == {} and all(abs(v - 1) < 1e-12 for v in rel["window:w=16:kerple_log"].values())
-    assert near_window(res) == ["window:w=16:kerple_log", "near", "near2"] and NEAR_WINDOW < 1.09 / 0.99 - 1
+    assert zoom_rows(res) == ["window:w=16:kerple_log", "near", "near2"] and ZOOM_BAND < 1.09 / 0.99 - 1
     table = sweep_table(res).splitlines()
     assert "÷ window" in table[0] and f"| ×1.090 | {1.09 / 0.99:.3f} |" in next(l for l in table if l.startswith("| far |"))
     assert relative_growth({**res, "rows": {s: r for s, r in res["rows"].items() if not s.startswith("window")}}) == {}
@@ -195,10 +198,30 @@ def test_the_figure_draws_the_window_as_reference_zooms_near_it_and_shows_a_sing
     assert hi - lo < 0.05 and lo <= 0.985 and hi >= 1.0                      # a narrow axis that still holds every point
     short = next(ln for ln in top.get_lines() if ln.get_label().startswith("short  "))
     assert len(short.get_xdata()) == 1 and short.get_markersize() >= 8      # a value at L alone, drawn large on top
-    assert any(t.get_text() == "short: 1× only" for t in top.texts)
+    note = next(t for t in top.texts if t.get_text().startswith("short: a value at 1× only"))
+    assert note.get_transform() == top.transAxes and note.get_position()[1] > 0.9   # in the panel's corner, off the lines
     assert "unpaired" in bottom.get_title() and "fit at L = 16" in bottom.get_title()
     plt.close(fig)
     far = {**res, "rows": {s: r for s, r in res["rows"].items() if s != "near2"}}
     fig = plot_sweep(far)
     assert len(fig.axes) == 2                                                 # one row near the window: no zoom panel
+    plt.close(fig)
+
+
+def test_the_zoom_names_each_line_at_its_right_end_in_its_colour_and_no_two_names_overlap(tmp_path):
+    "Where colours repeat, the zoom panel's lines are told apart by name: one label per line, at its end, none overlapping."
+    res = _window_sweep()
+    twin = res["rows"]["near2"]          # a line ending a hair above near2's: their names must be pushed apart
+    res["rows"]["twin"] = {**twin, "spec": "twin", "ppl": {**twin["ppl"], 64: twin["ppl"][64] * 1.0005}}
+    fig = plot_sweep(res, tmp_path / "sweep.png")
+    top, zoom, _ = fig.axes
+    fig.canvas.draw()
+    names = {t.get_text(): t for t in zoom.texts}
+    assert set(names) == {"window:w=16:kerple_log", "near", "near2", "twin"}
+    lines = {ln.get_label().lstrip("_"): ln for ln in zoom.get_lines() if ln.get_label().lstrip("_") in names}
+    for s, t in names.items():
+        assert t.get_color() == lines[s].get_color() and t.xy == (64, lines[s].get_ydata()[-1])   # at the line's right end
+    boxes = [t.get_window_extent() for t in names.values()]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert {t.get_text() for t in top.texts if hasattr(t, "xy")} == {"far"}     # the top panel names the lines outside the zoom
     plt.close(fig)
