@@ -1198,7 +1198,7 @@ LONG_DOCS_SETTINGS = {   # per document: the same k targets at every length; pas
     "gpu": dict(model=SMOLLM2, train_len=8192, lengths=[8192, 16384, 32768], k=512, n_windows=4, seed=0,   # 4L: 4 stdlib files hold 32K tokens
                 methods=LONG_DOCS_METHODS, passkey=dict(lengths=[4096, 8192, 16384, 32768], trials=10)),
 }
-LONG_DOCS_MORE = {   # the rest of the methods on the same documents and keys: several CPU sessions, resumable
+LONG_DOCS_MORE = {   # the rest of the methods on the same documents and keys (resumable per document)
     "smoke": dict(LONG_DOCS_SETTINGS["smoke"], methods=["yarn:dynamic=true", "dca"]),
     "cpu": dict(LONG_DOCS_SETTINGS["cpu"], methods=LONG_DOCS_METHODS[3:], caps={}),
 }

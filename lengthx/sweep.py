@@ -84,7 +84,7 @@ def _one_line(e: BaseException) -> str: return " ".join(str(e).split()) or type(
 
 
 def _check_eval_times(mcfg: GPTConfig, budget: Budget, protocol: Protocol, n_test: int, device: str, i_know: bool) -> None:
-    "Every length's evaluation time (`check_eval_time`), before training; a length the split cannot hold is left to its error row."
+    "Every length's evaluation time (`check_eval_time`), before training; a length the split cannot hold: its error row."
     for L in eval_lengths(budget.train_len, protocol.max_factor):
         kw = protocol.kwargs(L, budget.train_len)
         try: n = count_windows(kw.pop("protocol"), n_test, L, **kw)
@@ -92,9 +92,11 @@ def _check_eval_times(mcfg: GPTConfig, budget: Budget, protocol: Protocol, n_tes
         check_eval_time(mcfg, n, L, device=resolve_device(device), i_know=i_know)
 
 # %% ../nbs/56_sweep.ipynb #a4774d36
+#| code-fold: true
 def sweep_one(spec: str, budget: Budget, out: Path, *, protocol: Protocol = PROTOCOL, seed: int = 0,
-              device: str = "auto", progress: bool = True, train_tokens=None, test_tokens=None, i_know: bool = False) -> dict:
-    "Train one PE under `budget` in `out/runs/<spec>` and evaluate it at 1x..max_factor x the training length (time bounds unless `i_know`)."
+              device: str = "auto", progress: bool = True, train_tokens=None, test_tokens=None,
+              i_know: bool = False) -> dict:
+    "Train one PE under `budget` in `out/runs/<spec>`, evaluate it at 1x..max_factor x L (time bounds unless `i_know`)."
     mcfg = GPTConfig.preset(budget.preset, pe=spec, max_len=budget.train_len)
     tcfg = TrainConfig(steps=budget.steps, batch_size=budget.batch_size, length=budget.train_len, lr=budget.lr,
                        warmup=budget.warmup, grad_accum=budget.grad_accum, seed=seed, dtype=budget.dtype,
@@ -108,7 +110,8 @@ def sweep_one(spec: str, budget: Budget, out: Path, *, protocol: Protocol = PROT
     t_eval = time.time()
     ppl, band = {}, {}
     for L in eval_lengths(budget.train_len, protocol.max_factor):
-        try: ppl[L], band[L] = perplexity(model, test, L, interval=SWEEP_INTERVAL, i_know=i_know, **protocol.kwargs(L, budget.train_len))
+        try: ppl[L], band[L] = perplexity(model, test, L, interval=SWEEP_INTERVAL, i_know=i_know,
+                                          **protocol.kwargs(L, budget.train_len))
         except ValueError as e: ppl[L] = f"error: {e}"
         except torch.OutOfMemoryError as e: ppl[L] = f"error: out of memory ({_one_line(e)[:80]})"
     return {"spec": spec, "ppl": ppl, "ppl_interval": {L: [round(lo, 4), round(hi, 4)] for L, (lo, hi) in band.items()},
@@ -137,6 +140,7 @@ def sweep_settings(budget: str | Budget, protocol: Protocol, seed: int) -> dict:
     return {"budget": name, **asdict(b), **asdict(protocol), "k": protocol.k_at(b.train_len), "seed": seed}
 
 # %% ../nbs/56_sweep.ipynb #67b030b3
+#| code-fold: true
 def run_sweep(pes: Sequence[str], budget: str | Budget = "quick", out: str | Path = "runs/sweep", *,
               protocol: Protocol = PROTOCOL, seed: int = 0, device: str = "auto", progress: bool = True,
               command: str = "", figure: bool = False, ymax: Optional[float] = None, corpus: str = "stdlib",
@@ -228,8 +232,9 @@ def zoom_rows(res: dict, tol: float = ZOOM_BAND) -> list[str]:
     return [s for s, r in relative_growth(res).items() if r and all(abs(v - 1) <= tol for v in r.values())]
 
 # %% ../nbs/56_sweep.ipynb #fd3da020
+#| code-fold: true
 def format_row(row: dict, train_len: int, window: Optional[dict] = None) -> str:
-    "One markdown table row: the PE, its perplexity per length (interval at the first and last), growth, then ÷ the window's or training time."
+    "One markdown table row: the PE, its perplexity per length (interval at first and last), growth, ÷ the window's."
     ppl, band = int_lengths(row["ppl"]), int_lengths(row.get("ppl_interval", {}))
     lens = list(ppl)
     cells = [_with_interval(ppl[L], band.get(L)) if L in (lens[0], lens[-1]) else _fmt(ppl[L]) for L in lens]
@@ -237,21 +242,20 @@ def format_row(row: dict, train_len: int, window: Optional[dict] = None) -> str:
     reach = max((L for L in lens if not isinstance(ppl[L], str)), default=lens[0])
     g_txt = "n/a" if g is None else f"×{g:.3f}" + ("" if reach == lens[-1] else f" (to {reach})")
     gw = growth(window, train_len) if window else None
-    last = (f"{row['train_seconds']:.0f}s" if window is None else
-            "n/a" if g is None or gw is None or reach != lens[-1] else f"{g / gw:.3f}")
-    return f"| {row['spec']} | " + " | ".join(cells + [g_txt, last]) + " |"
+    ratio = [] if window is None else ["n/a" if g is None or gw is None or reach != lens[-1] else f"{g / gw:.3f}"]
+    return f"| {row['spec']} | " + " | ".join(cells + [g_txt] + ratio) + " |"
 
 
 def sweep_table(res: dict) -> str:
-    "The sweep as a markdown table: a row per PE, a column per length, growth, and g ÷ the window's (with a window row) or training time."
+    "The sweep as a markdown table: a row per PE, a column per length, growth, and g ÷ the window's (with a window row)."
     rows = list(res["rows"].values())
     if not rows: return "(no results)"
     lens = list(int_lengths(rows[0]["ppl"]))
     tl, win = res["settings"]["train_len"], window_row(res)
     level = interval_level(res)
     head = ("| PE | " + " | ".join(f"{L} ({L // tl}x)" + (f" [{level:.0%}]" if L in (lens[0], lens[-1]) else "")
-                                   for L in lens) + f" | growth {lens[-1] // tl}x/1x | " + ("÷ window's" if win else "train") + " |")
-    sep = "|---" * (len(lens) + 3) + "|"
+                                   for L in lens) + f" | growth {lens[-1] // tl}x/1x |" + (" ÷ window's |" if win else ""))
+    sep = "|---" * (len(lens) + 2 + bool(win)) + "|"
     window = res["rows"][win] if win else None
     return "\n".join([head, sep] + [format_row(r, tl, window) for r in rows])
 
@@ -282,6 +286,7 @@ def _growth_axis(ax, ratios: Sequence[float], lens: Sequence[int], T: int) -> No
     ax.grid(axis="y", lw=0.4, alpha=0.4)
 
 # %% ../nbs/56_sweep.ipynb #e165072d
+#| code-fold: true
 def _growth_panel(ax, curves: dict, order: Sequence[str], style: dict, T: int, win: Optional[str], labels: dict) -> None:
     "One line per PE of g(n) against n·L; the window's curve also drawn broad, beneath, as the reference."
     if win in curves:
@@ -297,7 +302,8 @@ def _growth_panel(ax, curves: dict, order: Sequence[str], style: dict, T: int, w
     if ones: ax.text(0.01, 0.97, "; ".join(f"{s}: a value at 1× only (large marker)" for s in ones), fontsize=7.5,
                      transform=ax.transAxes, va="top", ha="left")   # in the empty corner, off the lines
     ax.axhline(1, color="k", lw=0.8, ls=":", label="×1: no change")
-    _growth_axis(ax, [v for s in order for v in curves[s].values()] + [1.0], sorted({L for s in order for L in curves[s]}), T)
+    _growth_axis(ax, [v for s in order for v in curves[s].values()] + [1.0],
+                 sorted({L for s in order for L in curves[s]}), T)
 
 
 def _label_ends(ax, curves: dict, names: Sequence[str], style: dict, outside: bool, gap_pt: float = 9.5) -> None:
@@ -326,6 +332,7 @@ def _legend_labels(curves: dict, order: Sequence[str], top: int, win: Optional[s
     return {s: label(s) for s in order}
 
 # %% ../nbs/56_sweep.ipynb #e7f5e8b9
+#| code-fold: true
 def _level_panel(bx, rows: dict, curves: dict, order: Sequence[str], style: dict, T: int, top: int, level: float) -> None:
     "Per PE: its fit (ppl at L, open) and its level at the longest length (filled), each with its own unpaired interval."
     for y, s in enumerate(order):
@@ -355,7 +362,7 @@ def _empty_figure(path):
 # %% ../nbs/56_sweep.ipynb #65e3637d
 def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[float] = None,
                order: Optional[Sequence[str]] = None):
-    "The sweep: growth g(n) per PE against the window's (full range, then a zoom near it), and each PE's fit and level at the longest length."
+    "The sweep: growth g(n) per PE against the window's (full range, then a zoom), and each PE's fit and far level."
     rows, st = int_lengths(res["rows"]), res["settings"]
     T = st["train_len"]
     curves = {s: c for s, c in ((s, growth_curve(r, T)) for s, r in rows.items()) if c}
@@ -376,7 +383,8 @@ def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[floa
     ax, bx = axes[0], axes[-1]                               # the legend of the top panel fills the right column
     _growth_panel(ax, curves, order, style, T, win, labels)
     ax.set_ylabel(f"growth g = ppl(n·L) / ppl({T})", fontsize=9)
-    ax.set_title("growth on the same scored targets" + ("; broad: the window" if win else ""), fontsize=10)
+    ax.set_title("growth on the same scored targets, full range" + ("; the window's broad band: see the zoom" if win and zoom
+                 else "; broad: the window" if win else ""), fontsize=10)
     ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.02, 1.03), frameon=False, handlelength=2.8,
               title=f"PE  g at {top // T}×" + ("  ÷w: ÷ the window's g" if gw else ""), title_fontsize=8)
     ax.set_xlim(T / 1.15, top * 2.4)                         # room on the right for the lines' names
@@ -384,15 +392,17 @@ def plot_sweep(res: dict, path: Optional[str | Path] = None, ymax: Optional[floa
     if zoom:
         _growth_panel(axes[1], {s: curves[s] for s in near}, near, style, T, win, {s: "_" + s for s in near})
         axes[1].set_ylabel("growth g (zoom)", fontsize=9)
-        axes[1].set_title(f"zoom: the {len(near) - 1} PEs drawn within ±{ZOOM_BAND:.0%} of the window's g (broad)", fontsize=10)
+        axes[1].set_title(f"zoom: the {len(near) - 1} PEs drawn within ±{ZOOM_BAND:.0%} of the window's g (broad)",
+                          fontsize=10)
         _label_ends(axes[1], curves, near, style, outside=True)
     for a in axes[:-1]: a.set_xlabel(f"evaluation length n·L (tokens; trained at L = {T})", fontsize=9)
     _level_panel(bx, rows, curves, order, style, T, top, interval_level(res))
     if ymax: bx.set_xlim(right=ymax)
     fig.suptitle(f"lengthx sweep: {st.get('preset', '?')} model, {st.get('steps', '?')} steps at length {T}, "
-                 f"{st.get('protocol', '?')} (k = {st.get('k') or T}, {st.get('n_windows', '?')} windows), one seed", fontsize=10)
+                 f"{st.get('protocol', '?')} (k = {st.get('k') or T}, {st.get('n_windows', '?')} windows), one seed",
+                 fontsize=10)
     if path:
-        save_figure(fig, path, RESULTS_MODE, dpi=100, bbox_inches="tight")   # a link at `path` is replaced, never written through
+        save_figure(fig, path, RESULTS_MODE, dpi=100, bbox_inches="tight")   # a link at `path` is replaced, not written
     return fig
 
 # %% ../nbs/56_sweep.ipynb #528c37bc

@@ -76,7 +76,8 @@ def test_perplexity_refuses_non_integer_and_out_of_vocabulary_ids(rope_model):
 def test_nested_randomized_is_refused(spec):
     with pytest.raises(ValueError, match=r"randomized cannot wrap .*already draws random positions"):
         build_pe(spec, n_heads=4, head_dim=8, max_len=32)
-    build_pe("randomized:bipe:rope", n_heads=4, head_dim=8, max_len=32)    # BiPE's segments survive the draw: allowed
+    with pytest.raises(ValueError, match="does not change when the token positions do"):   # BiPE reads segment indices,
+        build_pe("randomized:bipe:rope", n_heads=4, head_dim=8, max_len=32)               # not pos.token: a no-op, refused
 
 
 def test_eval_plan_takes_the_no_grad_path():

@@ -207,6 +207,27 @@ def test_layer_pattern_does_what_the_model_does(name):
     with torch.no_grad(): assert torch.isfinite(m(torch.randint(0, 256, (1, 20)))).all()
 
 
+def test_gpt_oss_pattern_with_sinks_is_gpt_oss_attention_layer_by_layer():
+    "With sinks=True every gpt-oss layer is `sink:<its spec>` (no other family's), and with the model's sink logits it is gpt-oss's eager attention."
+    c = GptOssConfig(num_hidden_layers=4, sliding_window=5)
+    plain, with_sink = hf_layer_pattern(c), hf_layer_pattern(c, sinks=True)
+    assert with_sink == [f"sink:{s}" for s in plain]
+    g3 = Gemma3TextConfig(num_hidden_layers=6)
+    assert hf_layer_pattern(g3, sinks=True) == hf_layer_pattern(g3)
+    torch.manual_seed(0)
+    H, T, D = 2, 12, 16
+    q, k, v = torch.randn(3, 1, H, T, D).unbind(0)
+    sink, pos = torch.randn(H), Positions.arange(1, T)
+    for spec in with_sink:
+        pe = build_pe(spec, n_heads=H, head_dim=D, max_len=64)
+        with torch.no_grad(): pe.sink.copy_(sink[None].expand_as(pe.sink))
+        qr, kr = pe.rotate(q, k, pos)
+        mask = causal_mask(T, T) & ((pe.bias(pos, pos)[0] == 0) if pe.uses_bias else True)
+        want, _ = oss_eager(SimpleNamespace(sinks=sink, num_key_value_groups=1, training=False), qr, kr, v,
+                            torch.zeros(T, T).masked_fill(~mask, float("-inf")), scaling=D ** -0.5)
+        torch.testing.assert_close(attention(q, k, v, pe, pos, path="naive"), want.transpose(1, 2), rtol=1e-5, atol=1e-6)
+
+
 def test_llama4_nope_layers_carry_the_temperature_and_gemma_bases():
     l4 = hf_layer_pattern(Llama4TextConfig(num_hidden_layers=4))
     assert l4[3] == "temp:beta=0.1:floor=8192:shift=1:nope" and l4[0] == "chunk:c=8192:rope:base=500000"

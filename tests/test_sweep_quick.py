@@ -201,11 +201,23 @@ def test_the_figure_draws_the_window_as_reference_zooms_near_it_and_shows_a_sing
     note = next(t for t in top.texts if t.get_text().startswith("short: a value at 1× only"))
     assert note.get_transform() == top.transAxes and note.get_position()[1] > 0.9   # in the panel's corner, off the lines
     assert "unpaired" in bottom.get_title() and "fit at L = 16" in bottom.get_title()
+    assert "see the zoom" in top.get_title()          # the band is too thin to see at full range: the title points to the zoom
     plt.close(fig)
     far = {**res, "rows": {s: r for s, r in res["rows"].items() if s != "near2"}}
     fig = plot_sweep(far)
     assert len(fig.axes) == 2                                                 # one row near the window: no zoom panel
+    assert "zoom" not in fig.axes[0].get_title() and "broad: the window" in fig.axes[0].get_title()
     plt.close(fig)
+
+
+def test_a_table_without_a_window_row_has_no_time_column():
+    "Without a window row the table ends at growth: a training time is no reading of extrapolation."
+    res = _window_sweep()
+    res["rows"] = {s: r for s, r in res["rows"].items() if not s.startswith("window")}
+    table = sweep_table(res).splitlines()
+    n_cols = table[0].count("|") - 1
+    assert table[0].rstrip().endswith("growth 4x/1x |") and "train" not in table[0]
+    assert all(l.count("|") - 1 == n_cols for l in table) and "1s" not in sweep_table(res)
 
 
 def test_the_zoom_names_each_line_at_its_right_end_in_its_colour_and_no_two_names_overlap(tmp_path):

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 from einops import rearrange

@@ -26,7 +26,8 @@ def chunk_bias(pos_q: Positions, pos_k: Positions, c: int) -> Tensor:
     same = (pos_q.token[:, :, None] // c) == (pos_k.token[:, None, :] // c)
     return (~same).float() * WINDOW_NEG
 
-
+# %% ../../nbs/14_current_models.ipynb #d99ad35f
+#| code-fold: true
 class ChunkPE(WrappedPE):
     "Chunked attention (Llama 4's RoPE layers) around any bias/rotary/absolute PE: keys outside the query's chunk get −1e4."
     def __init__(self, ctx: PEContext, inner: PE, c: int):
@@ -75,7 +76,8 @@ def partial_inv_freq(head_dim: int, base: float, frac: float) -> Tensor:
     "Partial RoPE (GPT-NeoX's `partial_rotary_factor`): θ_i = base^(−2i/r) over the r = ⌊frac·d⌋ rotated dimensions; r/2 entries."
     return rope_inv_freq(int(head_dim * frac), base)
 
-
+# %% ../../nbs/14_current_models.ipynb #6f1b8462
+#| code-fold: true
 @register_pe("prope", examples=["prope", "prope:p=0.5", "prope:p=0.25:base=1000000"], options=[
     Opt("p", float, 0.25, "proportion of the pairs that rotate, at a full RoPE's frequencies; the rest never turn",
         lo=0, hi=1, lo_open=True, example=0.5),
@@ -103,7 +105,8 @@ class TemperaturePE(WrappedPE):
 
     def extra_repr(self) -> str: return f"spec={self.spec!r}, beta={self.beta:g}, floor={self.floor}, shift={self.shift}"
 
-
+# %% ../../nbs/14_current_models.ipynb #98af7ceb
+#| code-fold: true
 @register_pe("temp", wraps=True, examples=["temp:nope", "temp:beta=0.1:floor=8:shift=1:nope", "temp:floor=16:rope"], options=[
     Opt("beta", float, 0.1, "β: the query scale grows by β·log(1 + ⌊(m + shift)/floor⌋)", lo=0, hi=10, example=0.5),
     Opt("floor", int, None, "F: positions per step of the scale (unset: max_len, as Ministral 3's original length)",
@@ -139,6 +142,7 @@ def deepseek_softmax_scale(qk_head_dim: int, scale: float, mscale_all_dim: float
     return qk_head_dim ** -0.5 * yarn_mscale(scale, mscale_all_dim) ** 2
 
 # %% ../../nbs/14_current_models.ipynb #fe2a222b
+#| code-fold: true
 @register_pe("yarn_hf", examples=["yarn_hf:s=8", "yarn_hf:s=32:truncate=false", "yarn_hf:s=40:mscale=1:mscale_all_dim=1"],
              options=[
     Opt("s", float, 8.0, "scale factor: the context grows s-fold", lo=1, hi=1e6, example=4.0),
@@ -167,7 +171,8 @@ def streaming_bias(pos_q: Positions, pos_k: Positions, n: int, w: int) -> Tensor
     first = (pos_k.token < n)[:, None, :]
     return (~(near | first)).float() * WINDOW_NEG
 
-
+# %% ../../nbs/14_current_models.ipynb #bd010660
+#| code-fold: true
 class StreamingPE(WrappedPE):
     "StreamingLLM's attention: the first n keys (sinks) and the last w keys of each query, around any non-refining PE."
     def __init__(self, ctx: PEContext, inner: PE, n: int, w: int):
@@ -234,12 +239,15 @@ def hf_rope_spec(rp: dict) -> str:
     raise ValueError(f"rope_type {kind!r} has no lengthx spec here; known: default, linear, llama3, proportional, yarn")
 
 # %% ../../nbs/14_current_models.ipynb #c372616b
-def hf_layer_pattern(config) -> list[str]:
-    "One lengthx spec per layer of a Hugging Face decoder config (SmolLM3, Llama 4, Cohere2, Gemma 3/4, gpt-oss, Ministral 3), from its own fields."
+def hf_layer_pattern(config, sinks: bool = False) -> list[str]:
+    """One lengthx spec per layer of a Hugging Face decoder config.
+
+    SmolLM3, Llama 4, Cohere2, Gemma 3/4, gpt-oss, Ministral 3; `sinks`: gpt-oss's layers in `sink:`."""
     n, kind = config.num_hidden_layers, config.model_type
     types = list(getattr(config, "layer_types", None) or ["full_attention"] * n)
     rp = config.rope_parameters
-    rotates = {"smollm3": lambda i: bool(config.no_rope_layers[i]), "llama4_text": lambda i: bool(config.no_rope_layers[i]),
+    rotates = {"smollm3": lambda i: bool(config.no_rope_layers[i]),
+               "llama4_text": lambda i: bool(config.no_rope_layers[i]),
                "cohere2": lambda i: types[i] == "sliding_attention"}.get(kind, lambda i: True)
     out = []
     for i, t in enumerate(types):
@@ -248,9 +256,11 @@ def hf_layer_pattern(config) -> list[str]:
         if kind == "llama4_text" and not rotates(i) and config.attn_temperature_tuning:
             spec = f"temp:beta={_num(config.attn_scale)}:floor={config.floor_scale}:shift=1:{spec}"
         if kind == "ministral3" and rp.get("llama_4_scaling_beta") is not None:
-            spec = f"temp:beta={_num(rp['llama_4_scaling_beta'])}:floor={rp['original_max_position_embeddings']}:{spec}"
+            beta, floor = _num(rp["llama_4_scaling_beta"]), rp["original_max_position_embeddings"]
+            spec = f"temp:beta={beta}:floor={floor}:{spec}"
         if t == "sliding_attention": spec = f"window:w={config.sliding_window}:{spec}"
         elif t == "chunked_attention": spec = f"chunk:c={config.attention_chunk_size}:{spec}"
         elif t != "full_attention": raise ValueError(f"layer type {t!r} of layer {i} has no lengthx spec here")
+        if sinks and kind == "gpt_oss": spec = f"sink:{spec}"      # its learned sink logit per head (chapter 44)
         out.append(spec)
     return out

@@ -9,9 +9,10 @@ from dataclasses import replace
 from typing import Optional
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from ..attention import PE, PEContext, Positions, WrappedPE, register_pe
+from ..attention import PE, PEContext, Positions, WrappedPE, attention, parse_spec, register_pe
+from .absolute import LearnedPE
 
 # %% auto #0
 __all__ = ['randomized_positions', 'RandomizedPE']
@@ -26,14 +27,6 @@ def randomized_positions(length: int, max_len: int, generator: Optional[torch.Ge
     return torch.randperm(max_len, generator=generator)[:length].sort().values
 
 # %% ../../nbs/23_randomized.ipynb #df6f3c01
-def _randomizes(pe: PE) -> bool:
-    "True when `pe`, or a PE it wraps, is a `RandomizedPE`."
-    while isinstance(pe, WrappedPE):
-        if isinstance(pe, RandomizedPE): return True
-        pe = pe.inner
-    return False
-
-
 class RandomizedPE(WrappedPE):
     "Randomized positional encoding (Ruoss et al., 2023): in training, sorted random positions from range(max_len)."
     def __init__(self, ctx: PEContext, inner: PE, max_len: Optional[int] = None, eval_random: bool = False):
@@ -43,6 +36,13 @@ class RandomizedPE(WrappedPE):
                              "draw would replace it (write one randomized with the max_len you want)")
         self.max_len = int(max_len or 4 * ctx.max_len)
         self.eval_random = bool(eval_random)
+        if self.max_len < 3:
+            raise ValueError(f"randomized needs max_len >= 3, got {self.max_len}: with N <= 2 no draw of two positions "
+                             "differs from the plain ones")
+        _size_tables(inner, self.max_len)                     # a learned table must hold every position below N
+        if type(inner) is not PE and not _reads_token(inner, ctx, self.max_len):   # bare NoPE: see the text
+            raise ValueError(f"randomized cannot wrap {inner.spec!r}: its output does not change when the token positions "
+                             "do (it reads none, or reads other indices), so the draw would change nothing")
 
     def make_positions(self, ids: Tensor, offset: int = 0) -> Positions:
         pos = self.inner.make_positions(ids, offset)
@@ -54,6 +54,50 @@ class RandomizedPE(WrappedPE):
         return replace(pos, token=randomized_positions(T, self.max_len).to(ids.device).expand(B, T))
 
     def extra_repr(self) -> str: return f"spec={self.spec!r}, max_len={self.max_len}, eval_random={self.eval_random}"
+
+# %% ../../nbs/23_randomized.ipynb #f477bd47
+#| code-fold: true
+def _chain(pe: PE) -> list[PE]:
+    "`pe` and every PE it wraps, outermost first."
+    out = [pe]
+    while isinstance(out[-1], WrappedPE): out.append(out[-1].inner)
+    return out
+
+
+def _randomizes(pe: PE) -> bool:
+    "True when `pe`, or a PE it wraps, is a `RandomizedPE`."
+    return any(isinstance(p, RandomizedPE) for p in _chain(pe))
+
+
+def _size_tables(inner: PE, n: int) -> None:
+    "Give a learned position table left at its default size `n` rows; refuse one set explicitly below `n`."
+    for p in _chain(inner):
+        if not isinstance(p, LearnedPE) or p.max_len >= n: continue
+        if "max_len" in parse_spec(getattr(p, "spec", "learned"))[1]:
+            raise ValueError(f"randomized positions are drawn up to {n - 1}, but {p.spec!r} has a table of "
+                             f"{p.max_len} rows; leave learned's max_len unset (it then gets {n} rows) or set it to {n}")
+        p.max_len, p.table = n, nn.Embedding(n, p.table.embedding_dim)
+        nn.init.normal_(p.table.weight, std=0.02)
+
+
+@torch.no_grad()
+def _reads_token(pe: PE, ctx: PEContext, max_len: int, longest: int = 8) -> bool:
+    "True when `pe`'s embedding or attention output changes when only the token positions do (t → 2t, below max_len)."
+    length = min(longest, (max_len + 1) // 2)                 # 2(length − 1) < max_len: every moved position drawable
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 256, (1, length), generator=g)
+    x = torch.randn(1, length, ctx.d_model, generator=g)
+    q, k, v = (torch.randn(1, ctx.n_heads, length, ctx.head_dim, generator=g) for _ in range(3))
+    was = pe.training
+    pe.eval()
+    try:
+        def run(pos: Positions) -> tuple[Tensor, Tensor]:
+            if pe.uses_gate: pos = pe.gate(x, pos)
+            return pe.embed(x, pos), attention(q, k, v, pe, pos, path="naive")
+        pos = pe.make_positions(ids)
+        a, b = run(pos), run(replace(pos, token=2 * pos.token))
+    finally: pe.train(was)
+    return any(not torch.allclose(u, w) for u, w in zip(a, b))
 
 # %% ../../nbs/23_randomized.ipynb #069bad16
 #| code-fold: true
