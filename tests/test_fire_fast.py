@@ -166,3 +166,19 @@ def test_score_mod_uses_the_mlps_activation(act, unrolled):
         q, k, v = (torch.randn(1, 4, T, 8, generator=torch.Generator().manual_seed(s)) for s in range(3))
         ref = attention(q, k, v, pe, pos, path="naive")
         assert (attention(q, k, v, pe, pos, path="flex") - ref).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("spec", ["fire", "dape:fire"])
+def test_whole_model_float64_follows_parameters(spec):
+    "A tiny model cast to float64 computes FIRE's normalized distance in float64 too: its logits are float64 and match float32."
+    torch.manual_seed(0)
+    m32 = GPT(GPTConfig.preset("tiny", pe=spec, max_len=32)).eval()
+    m64 = GPT(GPTConfig.preset("tiny", pe=spec, max_len=32)).eval()
+    m64.load_state_dict(m32.state_dict()); m64.double()
+    ids = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        y64, y32 = m64(ids, path="naive"), m32(ids, path="naive")
+    assert y64.dtype == torch.float64 and torch.allclose(y64.float(), y32, atol=1e-4)
+    fire = getattr(m64.pe, "inner", m64.pe)                              # dape:fire wraps its FIRE
+    p = Positions.arange(1, 32)
+    assert fire.normalized(p, p).dtype == torch.float64
