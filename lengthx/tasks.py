@@ -5,6 +5,7 @@
 # %% ../nbs/60_che.ipynb #6d3fc384
 from __future__ import annotations
 
+import functools
 import math
 import random
 import subprocess
@@ -422,9 +423,17 @@ def _innermost(spec: str) -> str:
     return name if inner is None else _innermost(inner)
 
 
+@functools.lru_cache(maxsize=None)
+def _wrappable(spec: str) -> bool:
+    "Whether `randomized:` accepts `spec`: it refuses encodings whose output ignores token positions (CoPE, FoX, ...) and PaTH."
+    try: build_pe(f"randomized:max_len=64:{spec}", n_heads=2, head_dim=8, max_len=16)
+    except ValueError: return False
+    return True
+
+
 def _randomizes(spec: str) -> bool:
-    "Whether a randomized CHE run wraps `spec`: it reads positions and is not randomized already."
-    return _innermost(spec) != "nope" and parse_spec(spec)[0] != "randomized"
+    "Whether a randomized CHE run wraps `spec`: it reads positions, is not randomized already, and the wrapper accepts it."
+    return _innermost(spec) != "nope" and parse_spec(spec)[0] != "randomized" and _wrappable(spec)
 
 
 def che_spec(pe: str, randomized: bool = True, max_pos: int = 2048) -> str:

@@ -115,6 +115,15 @@ def test_che_spec():
     assert che_spec("rope", randomized=False) == "rope"
 
 
+def test_che_spec_leaves_what_the_randomized_wrapper_refuses_plain():
+    "Encodings whose output ignores token positions (CoPE, stick-breaking) and PaTH run plain: their spec must build."
+    from lengthx.model import GPTConfig, check_model_spec
+    for pe in ("cope", "stickbreak", "path"):
+        assert che_spec(pe) == pe
+        check_model_spec(GPTConfig.preset("tiny", pe=che_spec(pe), max_len=64))
+    assert che_spec("fire") == "randomized:max_len=2048:eval_random=true:fire"   # one that reads positions is still wrapped
+
+
 def test_test_lens_parse_and_print_back():
     "`--test-lens` accepts ranges and lists, refuses bad ones, and the recorded command prints them back the same."
     import argparse
