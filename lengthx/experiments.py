@@ -59,9 +59,11 @@ SUCCESSORS = ["fox", "stickbreak", "sink:nope"]
 CURRENT = ["rope/nope", "window:w=16:rope/nope", "chunk:c=16:rope/nope", "window:w=16:rope/rope:base=1000000", "prope",
            "temp:nope", "temp:floor=16:nope"]
 PATH = ["path"]   # PaTH (chapter 44): data-dependent Householder transforms in place of RoPE's fixed rotations
-# three seeds of what the chapters compare beyond main's seed 0: randomized RoPE (23), Sandwich (22), T5 with every
-# bucket inside L (20), and RoPE in a window of L, the yardstick of RoPE's variants (12, 14, 70)
-VARIANTS = ["randomized:rope", "sandwich", "t5:num_buckets=16:max_distance=32", "window:w=64:rope"]
+# five seeds of what the chapters compare beyond main's seed 0: randomized RoPE and ALiBi (23), Sandwich and FIRE
+# initialised at L = 8 (22), T5 with every bucket inside L (20), and two yardsticks in a window of L: RoPE (12, 14, 70)
+# and the RoPE-then-NoPE stack (14)
+VARIANTS = ["randomized:rope", "randomized:alibi", "sandwich", "fire:init_L=8", "t5:num_buckets=16:max_distance=32",
+            "window:w=64:rope", "window:w=64:rope/nope"]
 # the CHE encoder is bidirectional: stick-breaking orders the keys back from the query and has no such form
 CHE_CURRENT = ["fox", "rope/nope", "prope"]
 # the rest that has a bidirectional form, in a unit of its own (PaTH's recursion costs several times a run: not here)
@@ -200,8 +202,8 @@ def unit_settings(unit: str, budget: str, *, seed: int = 0, corpus: str = "stdli
         return {**lm, "specs": specs, "seeds": [seed + s for s in range(2 if small else 3)]}
     if unit == "successors":
         return {**lm, "specs": _SMALL["successors"] if small else SUCCESSORS, "seeds": [seed] if small else [seed, seed + 1, seed + 2]}
-    if unit == "variants":   # three seeds of the variants and yardsticks the chapters compare (main trains most at seed 0 only)
-        return {**lm, "specs": _SMALL["variants"] if small else VARIANTS, "seeds": [seed + s for s in range(2 if small else 3)]}
+    if unit == "variants":   # five seeds of the variants and yardsticks the chapters compare (main trains most at seed 0 only)
+        return {**lm, "specs": _SMALL["variants"] if small else VARIANTS, "seeds": [seed + s for s in range(2 if small else 5)]}
     if unit in ("current", "path"):
         return {**lm, "specs": _SMALL[unit] if small else {"current": CURRENT, "path": PATH}[unit],
                 "seeds": [seed] if small else [seed, seed + 1, seed + 2]}
