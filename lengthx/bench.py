@@ -454,7 +454,7 @@ def dape_fast_timings(mode: str, T: int, B: int, reps: int, shape: str = "small"
 
 
 def dape_fast_limits(T: int, B: int, shape: str = "small", causal: bool = False, with_bias: bool = True) -> dict:
-    "The FLOP floor of DAPE and CDAPE, (model + f) / model FLOPs; `causal` counts only the pairs j ≤ i, in f and in QKᵀ, AV; `with_bias=False`: DAPE without W_B·B per pair (chapter 43's one-pass kernel reads it from a table)."
+    "The FLOP-proportional cost R_F of DAPE and CDAPE, (model + f) / model FLOPs (a cost if time followed FLOPs, not a floor); `causal` counts only the pairs j ≤ i, in f and in QKᵀ, AV; `with_bias=False`: DAPE without W_B·B per pair (chapter 43's one-pass kernel reads it from a table)."
     c = GPTConfig.preset(shape)
     k = {"dape": dape_flops(B, c.n_head, T, T, with_bias=with_bias), "cdape": cdape_flops(B, c.n_head, T, T, k=3)}
     if not causal: return {n: flop_limit(v, c.d_model, c.n_layer, T, B) for n, v in k.items()}
@@ -502,7 +502,7 @@ def dape_peak_cuda_mib(T: int, eager: bool, shape: str = "small", dtype: str = "
 def dape_fast_measure(reps: int = 3, threads: int = 2, peak_len: int = 8192, shape: str = "small",
                       forward: tuple = (2048, 1), train: tuple = (512, 8), device: str = "cpu", dtype: str = "float32",
                       paper: Optional[Sequence] = None, step: Callable = lambda key, make: make()) -> dict:
-    "Chapter 43's measurement: forward and training step side by side (kernel, eager, FIRE's two masks), the FLOP floors, DAPE's peak memory, the load average; `paper`: (shape, T, B) of the papers' own time table; `step(key, make)` keeps each part (resumable)."
+    "Chapter 43's measurement: forward and training step side by side (kernel, eager, FIRE's two masks), the FLOP-proportional costs R_F, DAPE's peak memory, the load average; `paper`: (shape, T, B) of the papers' own time table; `step(key, make)` keeps each part (resumable)."
     cuda = str(device).startswith("cuda")
     if dtype not in ("float32", "bf16"): raise ValueError(f"dtype must be 'float32' or 'bf16', got {dtype!r}")
     if dtype == "bf16" and not cuda: raise ValueError("bf16 timing runs under autocast on a GPU only; on the CPU use dtype='float32'")

@@ -37,7 +37,7 @@ from .data import decode_utf8, default_cache_dir, stdlib_files, stdlib_root
 from .evaluate import flops_per_second, format_bytes, memory_budget, protocol_windows
 from .pe.current import hf_layer_pattern
 from .pe.rotary import RoPE
-from .pe.scaling import self_extend_relative
+from .pe.scaling import pose_positions, self_extend_relative
 
 # %% auto #0
 __all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'KNOWN_GGUF', 'GLOBAL_LAYERS', 'MATERIALIZED_SLOWDOWN',
@@ -55,8 +55,8 @@ __all__ = ['SMOLLM2', 'WEIGHTS_PACKAGE', 'ALIASES', 'INSTALL_HINT', 'KNOWN_GGUF'
            'self_extend_reach', 'ppl_row', 'timed', 'passkey_row', 'first_layers', 'cut_row', 'pretrained_grid',
            'grid_curves', 'long_documents', 'same_target_nll', 'passkey_keys', 'keyed_passkey', 'nll_by_length',
            'long_docs_grid', 'attention_kind', 'hf_setting', 'CacheCheck', 'cached_equals_full', 'cache_agrees',
-           'attention_shaped_llama', 'extension_calls', 'controls', 'best_candidates', 'smollm2_rows', 'parts_grid',
-           'tiny_native', 'native_agreement', 'finetune']
+           'finetune', 'attention_shaped_llama', 'extension_calls', 'controls', 'best_candidates', 'smollm2_rows',
+           'parts_grid', 'tiny_native', 'native_agreement']
 
 # %% ../nbs/13_pretrained.ipynb #2e54b631
 #| code-fold: true
@@ -1276,6 +1276,36 @@ def cache_agrees(model, spec: str, prompt: Tensor, new: int = 6, atol: float = 1
     "`cached_equals_full` with the model extended by lengthx's `spec`."
     with extend(model, spec): return cached_equals_full(model, prompt, new, atol)
 
+# %% ../nbs/13_pretrained.ipynb #49ce1762
+#| code-fold: true
+def finetune(model, tokens: Tensor, length: int, spec: str = "rope:pi=2", *, steps: int = 1, lr: float = 2e-5,
+             seed: int = 0, target: Optional[int] = None, chunks: int = 2) -> dict:
+    """Fine-tune `model` (in place: pass a copy) on windows of `length` with `spec` applied; seconds and peak bytes per step.
+
+    With `target`, PoSE (Zhu et al., 2023): each window's position ids are `pose_positions(length, target, chunks)`,
+    so a window of `length` tokens trains on relative distances up to `target`."""
+    hf = _hf(model)
+    dev = next(hf.parameters()).device
+    opt = torch.optim.AdamW(hf.parameters(), lr=lr, weight_decay=0.0)
+    g, log = torch.Generator().manual_seed(seed), []
+    g_pos = torch.Generator().manual_seed(seed + 1)   # its own draws: with or without PoSE, the same windows
+    hf.train()
+    try:
+        with extend(hf, spec):
+            for _ in range(steps):
+                s = int(torch.randint(0, len(tokens) - length, (1,), generator=g))
+                ids = tokens[s:s + length].to(dev)[None]
+                pid = None if target is None else pose_positions(length, target, chunks, g_pos).to(dev)[None]
+                t = time.perf_counter()
+                with PeakMemory(dev) as mem:
+                    loss = hf(input_ids=ids, labels=ids, position_ids=pid, use_cache=False).loss
+                    loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+                log.append({"loss": loss.item(), "seconds": round(time.perf_counter() - t, 2), "peak_bytes": mem.peak,
+                            "last_position": length - 1 if pid is None else int(pid[0, -1])})
+    finally:
+        hf.eval()
+    return {"spec": spec, "length": length, "lr": lr, "target": target, "chunks": chunks, "steps": log}
+
 # %% ../nbs/13_pretrained.ipynb #27b8df81
 #| code-fold: true
 SMOLLM2_ATTENTION = dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
@@ -1407,27 +1437,3 @@ def native_agreement(model, ids: Tensor, spec: str = NATIVE) -> float:
     want = ref(ids, use_cache=False).logits
     with extend(model, spec): ours = model(ids, use_cache=False).logits
     return (ours - want).abs().max().item()
-
-# %% ../nbs/13_pretrained.ipynb #49ce1762
-#| code-fold: true
-def finetune(model, tokens: Tensor, length: int, spec: str = "rope:pi=2", *, steps: int = 1, lr: float = 2e-5,
-             seed: int = 0) -> dict:
-    "Fine-tune `model` (in place: pass a copy) on windows of `length` with `spec` applied; seconds and peak bytes per step."
-    hf = _hf(model)
-    dev = next(hf.parameters()).device
-    opt = torch.optim.AdamW(hf.parameters(), lr=lr, weight_decay=0.0)
-    g, log = torch.Generator().manual_seed(seed), []
-    hf.train()
-    try:
-        with extend(hf, spec):
-            for _ in range(steps):
-                s = int(torch.randint(0, len(tokens) - length, (1,), generator=g))
-                ids = tokens[s:s + length].to(dev)[None]
-                t = time.perf_counter()
-                with PeakMemory(dev) as mem:
-                    loss = hf(input_ids=ids, labels=ids, use_cache=False).loss
-                    loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-                log.append({"loss": loss.item(), "seconds": round(time.perf_counter() - t, 2), "peak_bytes": mem.peak})
-    finally:
-        hf.eval()
-    return {"spec": spec, "length": length, "lr": lr, "steps": log}

@@ -20,13 +20,23 @@ def test_t5_buckets_untrained_at_64_and_all_trained_at_the_papers_512():
 def test_the_t5_row_carries_the_setting_note_beside_its_verdict_and_the_note_changes_no_verdict():
     t5 = claim("T5 flat")
     row, bare = E.ledger(RECS, [t5])[0], E.ledger(RECS, [dataclasses.replace(t5, setting_note=None)])[0]
-    assert "never got a gradient" in row.setting and "not T5's claim" in row.setting and bare.setting == ""
+    assert "never got a gradient" in row.setting and "t5:num_buckets=16:max_distance=32" in row.setting and bare.setting == ""
     assert row.verdict == E.UNTESTABLE and bare.verdict == bare.reading == row.reading
     assert f"**cannot test here**¹˒² (reading if testable: {row.reading})" in E.ledger_table([row])   # note and reading, scoring
     note = row.setting.removeprefix("book's setting: ")
     assert f"\n¹ {note[0].upper()}{note[1:]}. The reading: " in E.ledger_table([row])                                    # a footnote
     assert f"\n² Scoring — {E.NON_OVERLAPPING}." in E.ledger_table([row])                                  # and the protocol's
     assert (row.reading, row.interval, row.seeds) == (bare.reading, bare.interval, bare.seeds)
+
+
+def test_the_t5_note_reads_t5_with_every_bucket_trained_where_its_seeds_are_committed():
+    "With the variants unit's seeds the note reports their interval against the window; without them it falls back."
+    iv = E.growth_vs_window("t5:num_buckets=16:max_distance=32", 64, 16, RECS)
+    note = E.t5_setting(64, RECS)
+    assert iv is not None and f"[{iv[0]:+.3f}, {iv[1]:+.3f}]" in note
+    assert ("not all of this row's failure" in note) == (iv[0] > 0) and ("is the untrained buckets" in note) == (iv[0] <= 0)
+    without = [r for r in RECS if r["unit"] != "variants"]
+    assert E.t5_setting(64, without).endswith("so this row reads untrained parameters, not T5's claim")
 
 
 def test_bipe_rows_carry_the_segment_note():

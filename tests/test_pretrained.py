@@ -219,3 +219,16 @@ def test_grid_caps_resumes_and_cuts(tiny):
     assert pretrained_grid(S, progress=False, loaded=(tiny, _EosTok()), step=no_work) == g
     with pytest.raises(ValueError, match="cannot keep 3"):
         with first_layers(tiny, 3): pass
+
+
+def test_finetune_with_pose_trains_on_skipped_positions(tiny):
+    "PoSE windows: target = length is plain fine-tuning bit for bit; a larger target moves the ids (and the loss) past the window."
+    import copy
+    from lengthx.pretrained import finetune
+    tokens = torch.randint(2, tiny.config.vocab_size, (200,), generator=torch.Generator().manual_seed(3))
+    run = lambda **kw: finetune(copy.deepcopy(tiny), tokens, 16, "rope", steps=2, lr=1e-3, **kw)["steps"]
+    plain, same, pose = run(), run(target=16), run(target=4 * L)
+    assert [s["loss"] for s in plain] == [s["loss"] for s in same]   # one chunk spanning the window: ids 0..15
+    assert all(s["last_position"] == 15 for s in plain + same)
+    assert all(15 < s["last_position"] < 4 * L for s in pose)          # a skip between the two chunks
+    assert pose[0]["loss"] != plain[0]["loss"]                          # RoPE reads the skipped ids
