@@ -24,6 +24,16 @@ def test_beyond_the_window_weighs_exactly_zero_and_stays_finite(dtype, spread):
     assert torch.isfinite(s).all() and (p[2:] == 0).all() and torch.isfinite(p).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("S", [30.0, 1000.0])
+def test_a_far_key_raw_scored_above_every_visible_one_still_weighs_zero(dtype, S):
+    "The bound needs S over all keys' raw logits: a far key may outscore every visible one before the window is added."
+    raw = torch.tensor([0.0, S / 2, S, -S / 2])                    # keys 2, 3 beyond w; key 2 above both visible ones
+    s = (raw + torch.tensor([0.0, 0.0, WINDOW_NEG, WINDOW_NEG])).to(dtype)
+    p = s.softmax(-1)
+    assert torch.isfinite(s).all() and (p[2:] == 0).all() and torch.isfinite(p).all()
+
+
 @pytest.mark.parametrize("w", [1, 3, 7])
 def test_score_mod_is_the_dense_bias_in_closed_form(w):
     T = 12

@@ -80,6 +80,7 @@ class WindowPE(WrappedPE):
     def extra_repr(self) -> str: return f"spec={self.spec!r}, w={self.w}"
 
 # %% ../../nbs/25_window.ipynb #c551b157
+#| code-fold: true
 @register_pe("window", wraps=True, examples=["window:w=64:kerple_log", "window:w=4:nope", "window:w=8:alibi",
                                              "window:w=4:rope", "window:w=6:kerple_biaswt"], options=[
     Opt("w", int, 64, "keys at distance ≥ w get a −1e4 logit", lo=1, hi=10**9, example=8)])
@@ -87,7 +88,7 @@ def _window(ctx: PEContext, inner: PE, w: int = 64) -> PE:
     "Window attention (keys within distance w) around an inner PE: KERPLE's windowed baseline."
     return WindowPE(ctx, inner, w)
 
-
+# %% ../../nbs/25_window.ipynb #8dfc7a7d
 def with_window(pe: PE, w: int) -> WindowPE:
     "Wrap an existing (e.g. trained) PE module in a window of width w, sharing its parameters."
     out = WindowPE(pe.ctx, pe, w)
