@@ -36,7 +36,7 @@ def shift_matrix(k: int, dim: int, base: float = 10000.0) -> Tensor:
         M[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
     return M
 
-# %% ../../nbs/02_absolute.ipynb #81da6596
+# %% ../../nbs/02_absolute.ipynb #0a69a5b9
 class SinusoidalPE(PE):
     "Fixed sinusoidal embeddings added at the input (Vaswani et al., 2017), scaled by `scale`."
     def __init__(self, ctx: PEContext, base: float = 10000.0, scale: float = 0.02):
@@ -46,7 +46,7 @@ class SinusoidalPE(PE):
     def embed(self, x: Tensor, pos: Positions) -> Tensor:
         return x + self.scale * sinusoidal_table(pos.token, x.shape[-1], self.base).to(x.dtype)
 
-
+# %% ../../nbs/02_absolute.ipynb #81da6596
 class LearnedPE(PE):
     "A learned table of `max_len` position vectors added at the input (GPT-2)."
     def __init__(self, ctx: PEContext, max_len: int | None = None):
@@ -63,7 +63,8 @@ class LearnedPE(PE):
                              f"train with a larger max_len or pick a relative PE")
         return x + self.table(pos.token)
 
-
+# %% ../../nbs/02_absolute.ipynb #df51793e
+#| code-fold: true
 from ..attention import Opt   # declares each option's type, default and range for register_pe
 
 
