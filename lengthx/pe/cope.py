@@ -34,7 +34,7 @@ def interpolate_positions(z: Tensor, p: Tensor) -> Tensor:
     z_lo, z_hi = z.gather(-1, lo.long()), z.gather(-1, p.ceil().long())
     return z_lo * (1 - frac) + z_hi * frac
 
-# %% ../../nbs/42_cope.ipynb #0e69368d
+# %% ../../nbs/42_cope.ipynb #b676eb96
 class CoPEPE(PE):
     "CoPE (Golovneva et al., 2024): q·(k + e[p_ij])/√d with p_ij = Σ_{t=j..i} σ(q_i·k_t/√d), e interpolated, per layer, shared by heads."
     def __init__(self, ctx: PEContext, npos: Optional[int] = None, shared: bool = False):
@@ -63,7 +63,8 @@ class CoPEPE(PE):
 
     def extra_repr(self) -> str: return f"spec={self.spec!r}, npos={self.npos}, shared={self.shared}"
 
-
+# %% ../../nbs/42_cope.ipynb #af1fe4e7
+#| code-fold: true
 from ..attention import Opt   # declares each option's type, default and range for register_pe
 
 
