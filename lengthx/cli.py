@@ -23,7 +23,7 @@ ATTN_PATHS = ("naive", "sdpa", "flex", "chunked")                # lengthx.atten
 SPLITS = ("train", "validation", "test")                         # lengthx.data.SPLITS
 CORPORA = ("stdlib", "pg19", "arxiv", "github", "wikitext103")   # lengthx.data.CORPORA
 SWEEP_BUDGETS = ("quick", "colab", "paper")                      # lengthx.sweep.BUDGETS
-UNITS = ("main", "seeds", "more_seeds", "protocols", "position", "cdape", "baselines", "successors", "bipe_table", "schedule", "kerple_params", "che", "recall", "cot", "cost", "sweep", "peers", "dape_fast", "pretrained", "parts", "che_budget", "zero_shot", "current", "che_current", "path", "recall_current", "cost_current", "che_more", "long_docs", "long_docs_more", "variants")  # results.UNITS
+UNITS = ("main", "seeds", "more_seeds", "protocols", "position", "cdape", "baselines", "successors", "bipe_table", "schedule", "kerple_params", "che", "recall", "cot", "cost", "sweep", "peers", "dape_fast", "pretrained", "parts", "che_budget", "zero_shot", "current", "che_current", "path", "recall_current", "cost_current", "che_more", "long_docs", "long_docs_more", "variants", "ruler")  # results.UNITS
 BUDGET_NAMES = ("smoke", "cpu", "colab", "paper")                # lengthx.results.BUDGET_NAMES
 
 # %% auto #0

@@ -4,14 +4,15 @@
 
 # %% auto #0
 __all__ = ['EXTRA', 'CORE', 'LEDGER', 'SCHEDULE', 'BASELINES', 'SUCCESSORS', 'CURRENT', 'PATH', 'VARIANTS', 'CHE_CURRENT',
-           'CHE_MORE', 'NEW_DESIGNS', 'KERPLE_PARAMS', 'BIPE_TABLE', 'LM', 'UNIT', 'SEPARATE_RUNS', 'ZERO_SHOT_RULES',
-           'ZERO_SHOT_PREFIX', 'LM_ROW_UNITS', 'RUNNERS', 'ASSUMED_TFLOPS', 'unit_settings', 'default_out', 'Context',
-           'Partial', 'windowed', 'lm_run_dir', 'train_lm', 'ppl_table', 'delta_ps', 'lm_row', 'kernel_distances',
-           'kernel_state', 'kerple_param_row', 'unit_kerple_params', 'lm_rows', 'unit_protocols', 'unit_position',
-           'unit_che', 'unit_che_budget', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep', 'unit_peers',
-           'unit_pretrained', 'unit_long_docs', 'unit_parts', 'unit_dape_fast', 'zero_shot_spec', 'committed_rope',
-           'zero_shot_rows', 'unit_zero_shot', 'run_tag', 'result_path', 'is_result', 'check_lm_specs', 'reproduce',
-           'lm_train_flops', 'flop_text', 'duration_text', 'estimate_table', 'experiments_view', 'cost_view']
+           'CHE_MORE', 'NEW_DESIGNS', 'KERPLE_PARAMS', 'BIPE_TABLE', 'LM', 'UNIT', 'SEPARATE_RUNS', 'RULER_SETTINGS',
+           'ZERO_SHOT_RULES', 'ZERO_SHOT_PREFIX', 'LM_ROW_UNITS', 'RUNNERS', 'ASSUMED_TFLOPS', 'unit_settings',
+           'default_out', 'Context', 'Partial', 'windowed', 'lm_run_dir', 'train_lm', 'ppl_table', 'delta_ps', 'lm_row',
+           'kernel_distances', 'kernel_state', 'kerple_param_row', 'unit_kerple_params', 'lm_rows', 'unit_protocols',
+           'unit_position', 'unit_che', 'unit_che_budget', 'unit_recall', 'unit_cot', 'unit_cost', 'unit_sweep',
+           'unit_peers', 'unit_pretrained', 'unit_long_docs', 'ruler_cell', 'unit_ruler', 'unit_parts',
+           'unit_dape_fast', 'zero_shot_spec', 'committed_rope', 'zero_shot_rows', 'unit_zero_shot', 'run_tag',
+           'result_path', 'is_result', 'check_lm_specs', 'reproduce', 'lm_train_flops', 'flop_text', 'duration_text',
+           'estimate_table', 'experiments_view', 'cost_view']
 
 # %% ../nbs/72_reproduce.ipynb #b431fc37
 import json
@@ -35,7 +36,9 @@ from .evaluate import PROTOCOL, perplexity, position_losses
 from .model import GPT, GPTConfig, build_model_pe, check_model_spec, flops_per_token, map_pes
 from .pe.cdape import delta_p
 from .pe.window import with_window
-from .pretrained import LONG_DOCS_MORE, LONG_DOCS_SETTINGS, PARTS_SETTINGS, PRETRAINED_SETTINGS, long_docs_grid, parts_grid, pretrained_grid
+from .pretrained import (LONG_DOCS_METHODS, LONG_DOCS_MORE, LONG_DOCS_SETTINGS, PARTS_SETTINGS, PRETRAINED_SETTINGS, SMOLLM2,
+                                CausalLM, extend, load_pretrained, long_docs_grid, parts_grid, pretrained_grid)
+from .ruler import RULER_TASKS, effective_length, match_all_scores, mean_by_length, ruler_answer, ruler_samples, string_match_all
 from .recall import cot_experiment, recall_experiment
 from .results import (BUDGET_NAMES, SCHEMA, UNITS, check_clean, committed_results, device_of, is_result, load_results,
                              final_record, lengthx_checkout, load_results, pick, provenance_line, read_results, result_dirs,
@@ -197,6 +200,7 @@ def unit_settings(unit: str, budget: str, *, seed: int = 0, corpus: str = "stdli
     if unit == "pretrained": return dict(PRETRAINED_SETTINGS["smoke" if small else "cpu" if budget == "cpu" else "gpu"])
     if unit == "long_docs": return dict(LONG_DOCS_SETTINGS["smoke" if small else "cpu" if budget == "cpu" else "gpu"])
     if unit == "long_docs_more": return dict(LONG_DOCS_MORE["smoke" if small else "cpu"])   # the GPU preset of long_docs holds every method
+    if unit == "ruler": return json.loads(json.dumps(RULER_SETTINGS["smoke" if small else "cpu" if budget == "cpu" else "gpu"]))
     if unit == "parts": return dict(PARTS_SETTINGS["smoke" if small else "cpu"])   # CPU measurements on every budget
     if unit == "baselines": return {**lm, "specs": _SMALL["baselines"] if small else BASELINES, "seeds": [seed]}
     if unit == "bipe_table":   # the main unit's settings, the table's rows = train_len (so no row is out of training's reach)
@@ -512,6 +516,42 @@ def unit_long_docs(ctx: Context, S: dict, part: Partial) -> dict:
     return long_docs_grid(S, progress=ctx.progress, step=part.get, device=ctx.device)
 
 
+# RULER's six tasks (chapter 15) on SmolLM2: inside its context, and past it under chapter 12's methods (each method's
+# lengths are listed with it: below L most methods are the model as shipped, so the CPU preset reads them only past L)
+RULER_SETTINGS = {
+    "smoke": dict(model=SMOLLM2, tasks=["niah_single_1"], n_samples=1, seed=0, max_new_tokens=12,
+                  methods={"rope": [384], "yarn:s=2": [384]}),
+    "cpu": dict(model=SMOLLM2, tasks=list(RULER_TASKS), n_samples=5, seed=0, max_new_tokens=None,
+                methods={"rope": [2048, 4096, 8192], "yarn:dynamic=true": [16384]}),
+    "gpu": dict(model=SMOLLM2, tasks=list(RULER_TASKS), n_samples=20, seed=0, max_new_tokens=None,
+                methods={m: [4096, 8192, 16384, 32768] for m in LONG_DOCS_METHODS}),
+}
+
+
+def ruler_cell(model, tok, spec: str, task: str, T: int, S: dict) -> dict:
+    "One (method, task, length) cell: the samples' greedy answers under `spec`, RULER's score, per-sample fractions, seconds."
+    hf = model.model if isinstance(model, CausalLM) else model
+    samples = ruler_samples(task, tok, T, S["n_samples"], S["seed"])
+    t = time.perf_counter()
+    with extend(hf, spec):
+        preds = [ruler_answer(model, tok, s, S["max_new_tokens"]) for s in samples]
+    refs = [s.answers for s in samples]
+    return {"score": string_match_all(preds, refs), "scores": match_all_scores(preds, refs), "preds": preds,
+            "answers": refs, "tokens": [s.n_tokens for s in samples], "seconds": round(time.perf_counter() - t, 2)}
+
+
+def unit_ruler(ctx: Context, S: dict, part: Partial) -> dict:
+    "RULER's tasks on SmolLM2 per method and length (greedy decoding with the KV cache), resumable cell by cell."
+    model, tok = load_pretrained(S["model"], device=ctx.device)
+    cells = [(m, t, T) for m, Ts in S["methods"].items() for t in S["tasks"] for T in Ts]
+    grid: dict = {}
+    for m, t, T in tqdm(cells, desc="ruler", unit="cell", disable=not ctx.progress, file=sys.stderr, leave=False):
+        grid.setdefault(m, {}).setdefault(t, {})[str(T)] = part.get(f"{m}|{t}|{T}", lambda: ruler_cell(model, tok, m, t, T, S))
+    means = {m: mean_by_length(g) for m, g in grid.items()}
+    return {"grid": grid, "mean_by_length": {m: {str(T): v for T, v in ms.items()} for m, ms in means.items()},
+            "effective_length": {m: effective_length(ms) for m, ms in means.items()}}
+
+
 def unit_parts(ctx: Context, S: dict, part: Partial) -> dict:
     "Attention in parts against plain RoPE: random Llama side by side, the window band, SmolLM2 to 64K (`lengthx.pretrained.parts_grid`)."
     return parts_grid(S, progress=ctx.progress, step=part.get)
@@ -592,7 +632,7 @@ def unit_zero_shot(ctx: Context, S: dict, part: Partial) -> dict:
 LM_ROW_UNITS = ("main", "seeds", "more_seeds", "cdape", "baselines", "successors", "current", "path", "schedule", "variants")   # rows `spec|seed=N`
 RUNNERS = {"main": lm_rows, "seeds": lm_rows, "more_seeds": lm_rows, "schedule": lm_rows, "cdape": lm_rows, "baselines": lm_rows, "successors": lm_rows, "bipe_table": lm_rows, "kerple_params": unit_kerple_params, "protocols": unit_protocols, "position": unit_position,
            "che": unit_che, "recall": unit_recall, "cot": unit_cot, "cost": unit_cost, "sweep": unit_sweep,
-           "peers": unit_peers, "dape_fast": unit_dape_fast, "pretrained": unit_pretrained, "long_docs": unit_long_docs, "long_docs_more": unit_long_docs, "parts": unit_parts,
+           "peers": unit_peers, "dape_fast": unit_dape_fast, "pretrained": unit_pretrained, "long_docs": unit_long_docs, "long_docs_more": unit_long_docs, "ruler": unit_ruler, "parts": unit_parts,
            "che_budget": unit_che_budget, "zero_shot": unit_zero_shot, "current": lm_rows, "path": lm_rows, "variants": lm_rows,
            "che_current": partial(unit_che, name="che_current"), "che_more": partial(unit_che, name="che_more"), "recall_current": unit_recall, "cost_current": unit_cost}
 

@@ -23,7 +23,7 @@ from .data import atomic_write_bytes, atomic_write_json, read_regular
 from .pe import fused
 from .train import package_provenance, source_sha256_at
 
-UNITS = ("main", "seeds", "more_seeds", "protocols", "position", "cdape", "baselines", "successors", "bipe_table", "schedule", "kerple_params", "che", "recall", "cot", "cost", "sweep", "peers", "dape_fast", "pretrained", "parts", "che_budget", "zero_shot", "current", "che_current", "path", "recall_current", "cost_current", "che_more", "long_docs", "long_docs_more", "variants")
+UNITS = ("main", "seeds", "more_seeds", "protocols", "position", "cdape", "baselines", "successors", "bipe_table", "schedule", "kerple_params", "che", "recall", "cot", "cost", "sweep", "peers", "dape_fast", "pretrained", "parts", "che_budget", "zero_shot", "current", "che_current", "path", "recall_current", "cost_current", "che_more", "long_docs", "long_docs_more", "variants", "ruler")
 BUDGET_NAMES = ("smoke", "cpu", "colab", "paper")
 SCHEMA = ("unit", "preset", "settings", "result", "provenance")   # the keys of every result file
 RESULTS_MODE = 0o644   # results are for everyone to read, like any file a command writes
