@@ -17,13 +17,46 @@ from .fire import FirePE
 from .fused import fused_refine, fused_weights
 
 # %% auto #0
-__all__ = ['DAPE_VARIANTS', 'DAPE_FIRE_SLOPE', 'channel_matmul', 'channel_mlp', 'ScoreMLP', 'dape_logits', 'leaky_fire', 'DAPE',
+__all__ = ['DAPE_VARIANTS', 'DAPE_FIRE_SLOPE', 'dape_logits', 'ScoreMLP', 'channel_matmul', 'channel_mlp', 'leaky_fire', 'DAPE',
            'DAPEBiasOnly', 'dape_flops', 'model_flops', 'flop_limit']
 
 # %% ../../nbs/40_dape.ipynb #d4f35dc0
 DAPE_VARIANTS = ("concat", "concat_residual", "add_residual")
 
 
+def dape_logits(s: Tensor, b: Optional[Tensor], f: nn.Module, variant: str = "concat_residual") -> Tensor:
+    "The DAPE logits from scores S and bias B: eq. 2 (concat), eq. 3 (concat_residual), or S+B+f(S+B); S+f(S) when B is None."
+    if variant not in DAPE_VARIANTS: raise ValueError(f"unknown DAPE variant {variant!r}; choose from {DAPE_VARIANTS}")
+    if b is None: return s + f(s)
+    b = b.to(s.dtype).expand_as(s) if b.dim() == s.dim() else b.to(s.dtype)[None].expand_as(s)
+    if variant == "concat": return s + f(s, b)
+    if variant == "concat_residual": return s + b + f(s, b)
+    return s + b + f(s + b)
+
+
+class ScoreMLP(nn.Module):
+    "f: a two-layer LeakyReLU MLP over the channel axis of score maps [B, C, Tq, Tk], applied at every (i, j) alone."
+    kernel_layers = ("fc1", "fc2")   # what the fused kernel of chapter 43 reads (a subclass that rewrites `forward` runs its own)
+    def __init__(self, c_in: int, width: int, c_out: int, slope: float = 0.01):
+        super().__init__()
+        self.fc1, self.fc2, self.slope = nn.Linear(c_in, width), nn.Linear(width, c_out), slope
+
+    def reference(self, *parts: Tensor) -> Tensor:
+        "f as the paper writes it: concatenate the parts on channels, move channels last, Linear, LeakyReLU, Linear, channels back."
+        n = max(p.shape[0] for p in parts)
+        x = rearrange(torch.cat([p.expand(n, *p.shape[1:]) for p in parts], dim=1), "b c q k -> b q k c")
+        return rearrange(self.fc2(F.leaky_relu(self.fc1(x), self.slope)), "b q k h -> b h q k")
+
+    def forward(self, *parts: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        "The same f in the fast form below (`channel_mlp`); parts may broadcast over batch; `mask` is unused (f is element-wise)."
+        sizes = [p.shape[1] for p in parts]
+        if sum(sizes) != self.fc1.in_features:
+            raise ValueError(f"f expects {self.fc1.in_features} channels, got {sizes}")
+        w1 = self.fc1.weight.split(sizes, dim=1)   # W1 [S; B] = W1_S S + W1_B B
+        return channel_mlp(parts, w1, self.fc1.bias, self.fc2.weight, self.fc2.bias, self.slope)
+
+# %% ../../nbs/40_dape.ipynb #e8d037da
+#| code-fold: true
 def channel_matmul(parts: Sequence[Tensor], w: Sequence[Tensor], b: Tensor) -> Tensor:
     "Σₚ Wₚ·partₚ + b over the channels of flat maps [nₚ, cₚ, P] -> [n, D, P]: a part of batch 1 is multiplied once (addmm), the per-sequence parts in one baddbmm."
     n = max(p.shape[0] for p in parts)
@@ -44,39 +77,8 @@ def channel_mlp(parts: Sequence[Tensor], w1: Sequence[Tensor], b1: Tensor, w2: T
     h = F.leaky_relu_(h, slope)                                       # in place: baddbmm's backward does not need h
     return torch.baddbmm(b2[:, None], w2.expand(h.shape[0], *w2.shape), h).view(h.shape[0], -1, tq, tk)
 
-
-class ScoreMLP(nn.Module):
-    "f: a two-layer LeakyReLU MLP over the channel axis of score maps [B, C, Tq, Tk], applied at every (i, j) alone."
-    kernel_layers = ("fc1", "fc2")   # what the fused kernel of chapter 43 reads (a subclass that rewrites `forward` runs its own)
-    def __init__(self, c_in: int, width: int, c_out: int, slope: float = 0.01):
-        super().__init__()
-        self.fc1, self.fc2, self.slope = nn.Linear(c_in, width), nn.Linear(width, c_out), slope
-
-    def forward(self, *parts: Tensor, mask: Optional[Tensor] = None) -> Tensor:
-        "f([parts concatenated on channels]) -> [B, c_out, Tq, Tk]; parts may broadcast over batch; `mask` is unused (f is element-wise)."
-        sizes = [p.shape[1] for p in parts]
-        if sum(sizes) != self.fc1.in_features:
-            raise ValueError(f"f expects {self.fc1.in_features} channels, got {sizes}")
-        w1 = self.fc1.weight.split(sizes, dim=1)   # W1 [S; B] = W1_S S + W1_B B
-        return channel_mlp(parts, w1, self.fc1.bias, self.fc2.weight, self.fc2.bias, self.slope)
-
-    def reference(self, *parts: Tensor) -> Tensor:
-        "The same f written plainly: concatenate, move channels last, nn.Linear, LeakyReLU, nn.Linear, channels back."
-        n = max(p.shape[0] for p in parts)
-        x = rearrange(torch.cat([p.expand(n, *p.shape[1:]) for p in parts], dim=1), "b c q k -> b q k c")
-        return rearrange(self.fc2(F.leaky_relu(self.fc1(x), self.slope)), "b q k h -> b h q k")
-
-
-def dape_logits(s: Tensor, b: Optional[Tensor], f: nn.Module, variant: str = "concat_residual") -> Tensor:
-    "The DAPE logits from scores S and bias B: eq. 2 (concat), eq. 3 (concat_residual), or S+B+f(S+B); S+f(S) when B is None."
-    if variant not in DAPE_VARIANTS: raise ValueError(f"unknown DAPE variant {variant!r}; choose from {DAPE_VARIANTS}")
-    if b is None: return s + f(s)
-    b = b.to(s.dtype).expand_as(s) if b.dim() == s.dim() else b.to(s.dtype)[None].expand_as(s)
-    if variant == "concat": return s + f(s, b)
-    if variant == "concat_residual": return s + b + f(s, b)
-    return s + b + f(s + b)
-
-# %% ../../nbs/40_dape.ipynb #e8d037da
+# %% ../../nbs/40_dape.ipynb #f67b416b
+#| code-fold: true
 def _as_batched(bias: Tensor, like: Tensor) -> Tensor:
     "A bias [H, Tq, Tk] or [B, H, Tq, Tk] as a 4-d tensor of `like`'s dtype (batch may stay 1)."
     b = bias.to(like.dtype)
@@ -94,23 +96,12 @@ def leaky_fire(pe: PE, slope: float = DAPE_FIRE_SLOPE) -> PE:
     return pe
 
 
-class DAPE(WrappedPE):
-    "DAPE (Zheng et al., 2024): logits S + B + f(S, B) with a per-layer MLP f over all heads' scores and biases."
-    def __init__(self, ctx: PEContext, inner: PE, variant: str = "concat_residual", width: int = 32,
-                 fire_slope: Optional[float] = DAPE_FIRE_SLOPE):
-        super().__init__(ctx, inner)
-        if fire_slope is not None: leaky_fire(inner, fire_slope)   # a FIRE base gets the DAPE code's LeakyReLU
+class _DAPEPlumbing(WrappedPE):
+    "What DAPE needs besides its equations: argument checks, the per-layer f, the bias as 4-d, the fused inference weights."
+    def _check(self, variant: str, width: int) -> None:
         if variant not in DAPE_VARIANTS: raise ValueError(f"unknown DAPE variant {variant!r}; choose from {DAPE_VARIANTS}")
-        if inner.uses_refine: raise ValueError(f"{type(self).__name__} cannot wrap {inner.spec!r}: it already refines logits")
+        if self.inner.uses_refine: raise ValueError(f"{type(self).__name__} cannot wrap {self.inner.spec!r}: it already refines logits")
         if width < 1: raise ValueError(f"the hidden width D_DAPE must be positive, got {width}")
-        self.variant, self.width = variant, int(width)
-        h = ctx.n_heads
-        self.n_in = 2 * h if inner.uses_bias and variant != "add_residual" else h
-        self.f = nn.ModuleList(self.make_f(self.n_in, self.width, h) for _ in range(ctx.n_layers))
-
-    def make_f(self, c_in: int, width: int, c_out: int) -> nn.Module:
-        "One layer's f (chapter 41 overrides this with a convolution)."
-        return ScoreMLP(c_in, width, c_out)
 
     def _f(self, layer: int) -> nn.Module:
         if not 0 <= layer < len(self.f):
@@ -122,6 +113,33 @@ class DAPE(WrappedPE):
             raise ValueError(f"{self.spec!r}: the base PE uses a bias but refine received none")
         return None if bias is None else _as_batched(bias, scores)
 
+    def fused_weights(self, q: Tensor, k: Tensor, scale: float, bias, mask: Optional[Tensor], layer: int = 0) -> Optional[Tensor]:
+        "The attention weights of `refine` in one kernel pass at inference (chapter 43); None where the kernel cannot run, or where refine is replaced (a subclass, an instance attribute)."
+        if type(self).refine is not DAPE.refine or "refine" in vars(self): return None   # a refine of its own (or a spy) runs
+        if bias is None and self.inner.uses_bias:
+            raise ValueError(f"{self.spec!r}: the base PE uses a bias but fused_weights received none")
+        return fused_weights(self._f(layer), q, k, scale, bias, mask, self.variant)
+
+    def extra_repr(self) -> str:
+        return f"spec={self.spec!r}, variant={self.variant!r}, width={self.width}, layers={len(self.f)}"
+
+# %% ../../nbs/40_dape.ipynb #c1a54ec8
+class DAPE(_DAPEPlumbing):
+    "DAPE (Zheng et al., 2024): logits S + B + f(S, B) with a per-layer MLP f over all heads' scores and biases."
+    def __init__(self, ctx: PEContext, inner: PE, variant: str = "concat_residual", width: int = 32,
+                 fire_slope: Optional[float] = DAPE_FIRE_SLOPE):
+        super().__init__(ctx, inner)
+        if fire_slope is not None: leaky_fire(inner, fire_slope)   # a FIRE base gets the DAPE code's LeakyReLU
+        self._check(variant, width)
+        self.variant, self.width = variant, int(width)
+        h = ctx.n_heads
+        self.n_in = 2 * h if inner.uses_bias and variant != "add_residual" else h
+        self.f = nn.ModuleList(self.make_f(self.n_in, self.width, h) for _ in range(ctx.n_layers))
+
+    def make_f(self, c_in: int, width: int, c_out: int) -> nn.Module:
+        "One layer's f (chapter 41 overrides this with a convolution)."
+        return ScoreMLP(c_in, width, c_out)
+
     def refine(self, scores: Tensor, bias: Optional[Tensor], mask: Optional[Tensor], layer: int = 0) -> Tensor:
         "A_RPE = S + B in, DAPE logits out (the variant's equation), before the causal mask; by the fused kernel (chapter 43) where it runs, −inf where `mask` hides a key."
         f, b = self._f(layer), self._bias(scores, bias)
@@ -132,13 +150,6 @@ class DAPE(WrappedPE):
         out = f(s, b, mask=mask)
         return s + out if self.variant == "concat" else scores + out
 
-    def fused_weights(self, q: Tensor, k: Tensor, scale: float, bias, mask: Optional[Tensor], layer: int = 0) -> Optional[Tensor]:
-        "The attention weights of `refine` in one kernel pass at inference (chapter 43); None where the kernel cannot run, or where refine is replaced (a subclass, an instance attribute)."
-        if type(self).refine is not DAPE.refine or "refine" in vars(self): return None   # a refine of its own (or a spy) runs
-        if bias is None and self.inner.uses_bias:
-            raise ValueError(f"{self.spec!r}: the base PE uses a bias but fused_weights received none")
-        return fused_weights(self._f(layer), q, k, scale, bias, mask, self.variant)
-
     def terms(self, scores: Tensor, bias: Optional[Tensor], layer: int = 0, mask: Optional[Tensor] = None) -> dict:
         "The pieces of the refined logits: S, B (or None) and the learned term f, from the hook's inputs."
         f, b = self._f(layer), self._bias(scores, bias)
@@ -146,10 +157,8 @@ class DAPE(WrappedPE):
         s = scores - b
         return dict(S=s, B=b, f=f(scores, mask=mask) if self.variant == "add_residual" else f(s, b, mask=mask))
 
-    def extra_repr(self) -> str:
-        return f"spec={self.spec!r}, variant={self.variant!r}, width={self.width}, layers={len(self.f)}"
-
-
+# %% ../../nbs/40_dape.ipynb #16a45898
+#| code-fold: true
 from ..attention import Opt   # declares each option's type, default and range for register_pe
 
 
