@@ -298,6 +298,26 @@ def test_xpos_pe():
     assert pe.uses_rotate and not pe.uses_bias and not pe.uses_logits
 
 
+
+def test_xpos_narrow_dtype_overflow_raises_not_inf():
+    "Centred xPos tables cast to float16 overflow first in the query table at position 0, (7/2)^(⌈L/2⌉/γ) > 65504: raise, never hand inf on."
+    from lengthx.pe.xpos import xpos_max_length
+    L16 = xpos_max_length(torch.float16)
+    assert L16 == 2 * math.floor(512 * math.log(65504) / math.log(3.5))        # 9064 for γ = 512
+    assert xpos_max_length(torch.float16, 64.0) < L16 < xpos_max_length(torch.float32)
+    pe = build_pe("xpos", n_heads=1, head_dim=8)
+    tq, tk = pe.tables_for(Positions.arange(1, L16), torch.float16)             # the bound itself is finite
+    assert all(torch.isfinite(t).all() for t in (*tq, *tk))
+    with pytest.raises(ValueError, match="overflow"):
+        pe.tables_for(Positions.arange(1, L16 + 1), torch.float16)             # one more token: inf in the old code
+    with pytest.raises(ValueError, match="overflow"):                           # non-arange positions: the largest counts
+        pe.tables_for(Positions(torch.arange(L16 + 600, L16 + 640)[None]), torch.float16)
+    tq32, tk32 = pe.tables_for(Positions.arange(1, L16 + 1), torch.float32)     # float32 has room
+    assert all(torch.isfinite(t).all() for t in (tq32, tk32))
+    q = torch.randn(1, 1, L16 + 1, 8, dtype=torch.float16)
+    with pytest.raises(ValueError, match="overflow"):
+        pe.rotate(q, q, Positions.arange(1, L16 + 1))
+
 def test_model_runs_under_inference_mode_and_grad():
     from lengthx.model import GPT, GPTConfig
     for spec in ("rope", "xpos", "rerope:w=4"):

@@ -5,16 +5,17 @@
 # %% ../../nbs/11_xpos.ipynb #97ed4cef
 from __future__ import annotations
 
+import math
 from typing import Union
 
 import torch
 from torch import Tensor
 
 from ..attention import PE, PEContext, Positions, register_pe
-from .rotary import RoPE, apply_rotary, rope_inv_freq, rope_interleaved
+from .rotary import RoPE, _compiling, apply_rotary, rope_inv_freq, rope_interleaved
 
 # %% auto #0
-__all__ = ['xpos_zeta', 'xpos_scale', 'xpos_qk', 'XPos']
+__all__ = ['xpos_zeta', 'xpos_scale', 'xpos_qk', 'XPos', 'xpos_max_length']
 
 # %% ../../nbs/11_xpos.ipynb #69b4e97c
 def xpos_zeta(dim: int) -> Tensor:
@@ -41,7 +42,7 @@ def xpos_qk(q: Tensor, k: Tensor, pos: Union[Tensor, Positions], inv_freq: Tenso
     cast = lambda t: t.to(q.dtype)
     return apply_rotary(q, (cast(cos * z), cast(sin * z))), apply_rotary(k, (cast(cos / z), cast(sin / z)))
 
-# %% ../../nbs/11_xpos.ipynb #f3dfbea2
+# %% ../../nbs/11_xpos.ipynb #c3b8b521
 class XPos(RoPE):
     "xPos (Sun et al., 2022): RoPE whose pairs are scaled by ζ^((m−c)/γ) on queries and ζ^(−(n−c)/γ) on keys."
     def __init__(self, ctx: PEContext, base: float = 10000.0, scale_base: float = 512.0, frac: float = 1.0):
@@ -56,13 +57,23 @@ class XPos(RoPE):
         z = xpos_scale(pos, self.zeta, self.scale_base, centre=float((length + 1) // 2)).to(cos.dtype)
         return cos * z, sin * z, cos / z, sin / z
 
+    def _prepare(self, raw: tuple[Tensor, ...], dtype: torch.dtype) -> tuple:
+        "RoPE's cast of the float64 tables to `dtype`, refusing a cast that overflowed (ζ^(±(n−c)/γ) beyond the type's range)."
+        out = RoPE._prepare(raw, dtype)
+        if not _compiling() and not all(torch.isfinite(t).all() for tab in out for t in (tab if isinstance(tab, tuple) else (tab,))):
+            raise ValueError(f"xPos tables overflow {dtype}; with scale_base γ = {self.scale_base:g} they stay finite for positions "
+                             f"0..L−1 up to L = {xpos_max_length(dtype, self.scale_base):,} (the centre is ⌈(largest position + 1)/2⌉): "
+                             f"use a wider dtype (float32), shorter sequences or a larger scale_base")
+        return out
+
     def rotate(self, q: Tensor, k: Tensor, pos: Positions) -> tuple[Tensor, Tensor]:
         tq, tk = self.tables_for(pos, q.dtype)
         return apply_rotary(q, tq), apply_rotary(k, tk)
 
     def extra_repr(self) -> str: return f"{super().extra_repr()}, scale_base={self.scale_base:g}"
 
-
+# %% ../../nbs/11_xpos.ipynb #a3ca68d3
+#| code-fold: true
 from ..attention import Opt   # declares each option's type, default and range for register_pe
 from .rotary import ROPE_BASE, ROPE_FRAC
 
@@ -74,3 +85,9 @@ from .rotary import ROPE_BASE, ROPE_FRAC
 def _xpos(ctx: PEContext, base: float = 10000.0, scale_base: float = 512.0, frac: float = 1.0) -> PE:
     "xPos: RoPE with per-pair exponential decay ζ^((m−n)/γ) (scale_base γ, default 512)."
     return XPos(ctx, base, scale_base, frac)
+
+# %% ../../nbs/11_xpos.ipynb #6bba99e0
+def xpos_max_length(dtype: torch.dtype, scale_base: float = 512.0) -> int:
+    "Longest L whose centred xPos factors (positions 0..L−1) stay finite in `dtype`: (7/2)^(⌈L/2⌉/γ) ≤ the type's max."
+    half = math.floor(scale_base * math.log(torch.finfo(dtype).max) / math.log(7 / 2))   # largest ⌈L/2⌉
+    return 2 * half
