@@ -34,6 +34,7 @@ __all__ = ['MOD', 'ARITH', 'MAB_SYMBOLS', 'EQ_SYMBOLS', 'AB', 'BITS', 'ENDED', '
            'run_che_many', 'run_che_grid', 'learned', 'che_table']
 
 # %% ../nbs/60_che.ipynb #479d2898
+#| code-fold: true
 def _py_rng(generator: Optional[torch.Generator]) -> random.Random:
     "A Python RNG seeded from `generator`, for the tasks that build strings one by one (bignums, grammars)."
     seed = torch.randint(0, 2**62, (1,), generator=generator).item()
@@ -48,7 +49,7 @@ def _per_sample(make_one: Callable) -> Callable:
         return torch.tensor([r[0] for r in rows], dtype=torch.long), torch.tensor([r[1] for r in rows], dtype=torch.long)
     return sample
 
-
+# %% ../nbs/60_che.ipynb #7196d987
 @dataclass(frozen=True)
 class Task:
     "One length-generalization task: alphabets, output length, chance level, a batch generator and a reference solver."
@@ -141,7 +142,7 @@ def evaluate_mod(tokens: Sequence[str], modulus: int = MOD) -> int:
     if len(vals) != 1: raise ValueError(f"malformed expression {''.join(tokens)!r}")
     return vals[0]
 
-
+# %% ../nbs/60_che.ipynb #3b1b3ddb
 def _even_pairs(B, L, g):
     x = torch.randint(0, 2, (B, L), generator=g)
     return x, ((x[:, 1:] != x[:, :-1]).sum(1) % 2)[:, None]
@@ -212,7 +213,7 @@ def _reverse(B, L, g):
     x = torch.randint(0, 2, (B, L), generator=g)
     return x, x.flip(1)
 
-
+# %% ../nbs/60_che.ipynb #b5cb85d6
 def bracket_expression(rng: random.Random, length: int, ops: str = "+-*", modulus: int = MOD) -> tuple[list[str], int]:
     "A random fully bracketed expression of exactly `length` symbols and its value, built top-down."
     if length < 1: raise ValueError(f"an expression needs length >= 1, got {length}")
@@ -296,7 +297,7 @@ def _solve_missing(s):
     i = s.index(2)
     return [s[i + h] if i < h else s[i - h]]
 
-
+# %% ../nbs/60_che.ipynb #4fb1b068
 def _bits_le(n: int, width: int = 0) -> list[int]:
     "Little-endian bits of n, at least `width` of them (width 0: no trailing zeros; 0 -> [])."
     bits = []
@@ -497,7 +498,8 @@ class CHEConfig:
         return GPTConfig(vocab_size=task.vocab_size, n_layer=self.n_layer, n_head=self.n_head, d_model=self.d_model,
                          pe=self.spec, max_len=rows, causal=False, tie_weights=False)
 
-
+# %% ../nbs/60_che.ipynb #16f44831
+#| code-fold: true
 def _device(name: str) -> torch.device:
     if name != "auto": return torch.device(name)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -517,7 +519,7 @@ def check_test_lens(cfg: CHEConfig) -> None:
         raise ValueError(f"evaluating {cfg.task} at test length {L} needs an estimated {format_bytes(need)} for one string, more "
                          f"than the memory budget of {format_bytes(budget)}; use shorter test lengths or set LENGTHX_MEM_BUDGET")
 
-
+# %% ../nbs/60_che.ipynb #a2880287
 def che_loss(model: GPT, task: Task, inputs: Tensor, targets: Tensor, pos: Optional[Positions] = None) -> tuple[Tensor, Tensor]:
     "Cross-entropy summed over the output positions, mean over the batch; also the logits [B, O, classes]."
     x, _ = encoder_batch(task, inputs, targets)
@@ -531,7 +533,7 @@ def masked_accuracy(task: Task, logits: Tensor, targets: Tensor) -> tuple[int, i
     m = task.accuracy_mask(targets)
     return int(((logits.argmax(-1) == targets) & m).sum()), int(m.sum())
 
-# %% ../nbs/60_che.ipynb #16f44831
+# %% ../nbs/60_che.ipynb #6b030f87
 def che_positions(cfg: CHEConfig, batch: int, length: int, generator: torch.Generator, device=None) -> Optional[Positions]:
     "Positions for one batch: a fresh sorted draw from 0..max_pos-1 (shared by the rows) when randomized, else None (0..T-1)."
     if cfg.spec == cfg.pe: return None
@@ -586,7 +588,7 @@ def train_che(cfg: CHEConfig, progress: bool = False, curve: Optional[list] = No
         if late: break
     return model, log
 
-
+# %% ../nbs/60_che.ipynb #139ce119
 @torch.no_grad()
 def eval_che(model: GPT, cfg: CHEConfig, lengths: Optional[Sequence[int]] = None, n: Optional[int] = None) -> dict[int, float]:
     "Accuracy at each test length on `n` strings drawn from a generator seeded by (seed, length) only."
@@ -632,7 +634,8 @@ def run_che(cfg: CHEConfig, progress: bool = False) -> dict:
 
 def _key(task: str, pe: str) -> str: return f"{task}|{pe}"
 
-
+# %% ../nbs/60_che.ipynb #ec8fc93e
+#| code-fold: true
 def _one_thread_run(cfg: CHEConfig) -> dict:
     "`run_che` in a worker process, with one torch thread (the workers share the cores)."
     torch.set_num_threads(1)
@@ -701,7 +704,7 @@ def run_che_grid(tasks: Sequence[str], pes: Sequence[str], base: CHEConfig, out:
     save()
     return res
 
-
+# %% ../nbs/60_che.ipynb #672b5294
 LEARNED = 0.9   # in-distribution accuracy at or above which a run counts as having learned its task
 
 
