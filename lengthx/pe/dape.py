@@ -219,6 +219,6 @@ def model_flops(d_model: int, n_layers: int, length: int, batch: int, mlp_ratio:
 
 def flop_limit(extra_per_layer: int, d_model: int, n_layers: int, length: int, batch: int, mlp_ratio: int = 4,
                vocab: int = 256) -> float:
-    "Time ratio (model + extra) / model if the extra FLOPs per layer ran at the model's matmul speed: the physical floor of a measured ratio."
+    "Time ratio (model + extra) / model if the extra FLOPs per layer ran at the model's matmul speed (R_F: an assumption, not a floor)."
     base = model_flops(d_model, n_layers, length, batch, mlp_ratio, vocab)
     return (base + n_layers * extra_per_layer) / base
