@@ -9,9 +9,11 @@
 #   1. chapter 43's measurement on the GPU: `lengthx reproduce --budget colab --only dape_fast`;
 #   1b. chapter 13's long-document grid at the GPU preset (every method, the 4 stdlib documents that hold 4L tokens, 10 shared keys):
 #      `lengthx reproduce --budget colab --only long_docs`, resumable: an overrun leaves its partial file in $OUT;
+#   1c. chapter 15's RULER grid on SmolLM2 at the GPU preset (six tasks, 20 samples a cell, every long-document method at
+#      4K-32K): `lengthx reproduce --budget colab --only ruler`, resumable cell by cell;
 #   2. the compiled Triton refine kernel against the reference (tests/test_fused_refine.py's GPU tests);
 #   3. chapter 60's budget search: `lengthx reproduce --budget colab --only che_budget`.
-# T_LEDGER=0 skips step 0, T_LONG=0 step 1b, T_CHE=0 step 3. Each step has its own time limit, so one that fails or overruns leaves the others' results.
+# T_LEDGER=0 skips step 0, T_LONG=0 step 1b, T_RULER=0 step 1c, T_CHE=0 step 3. Each step has its own time limit, so one that fails or overruns leaves the others' results.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}; BUDGET=${BUDGET:-colab}; mkdir -p "$OUT/res"
@@ -53,6 +55,12 @@ if [ "${T_LONG:-180}" != 0 ]; then
   timeout ${T_LONG:-180} python -c "$LX" reproduce --budget "$BUDGET" --only long_docs --out "$OUT/res" --allow-dirty --quiet 2>&1 | tail -5
   echo "long_docs: $(( $(date +%s) - t )) s"
   cp "$OUT"/res/runs/*/long_docs.partial.json "$OUT/" 2>/dev/null || true
+fi
+if [ "${T_RULER:-150}" != 0 ]; then
+  t=$(date +%s)
+  timeout ${T_RULER:-150} python -c "$LX" reproduce --budget "$BUDGET" --only ruler --out "$OUT/res" --allow-dirty --quiet 2>&1 | tail -5
+  echo "ruler: $(( $(date +%s) - t )) s"
+  cp "$OUT"/res/runs/*/ruler.partial.json "$OUT/" 2>/dev/null || true
 fi
 t=$(date +%s)
 timeout ${T_TEST:-150} python -m pytest -v -p no:cacheprovider tests/test_fused_refine.py tests/test_parts.py -k cuda 2>&1 | tee "$OUT/pytest_gpu.txt" | grep -E "PASS|FAIL|Error|passed|failed"
