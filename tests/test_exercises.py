@@ -174,6 +174,20 @@ def random_offset(length, max_len, generator):
     return torch.arange(start, start + length)
 
 
+def random_wrapped(length, max_len, generator):
+    "a random start, then consecutive positions wrapped mod max_len, sorted: every position equally likely, few subsets"
+    if length > max_len: raise ValueError("too long")
+    start = torch.randint(0, max_len, (1,), generator=generator).item()
+    return ((start + torch.arange(length)) % max_len).sort().values
+
+
+def random_stratified(length, max_len, generator):
+    "one position per stratum: max_len cut into `length` equal strata, one uniform draw in each"
+    if length > max_len: raise ValueError("too long")
+    edges = [round(i * max_len / length) for i in range(length + 1)]
+    return torch.tensor([torch.randint(a, b, (1,), generator=generator).item() for a, b in zip(edges, edges[1:])])
+
+
 def random_unsorted(length, max_len, generator):
     "forgets to sort"
     if length > max_len: raise ValueError("too long")
@@ -341,7 +355,7 @@ WRONG = {
     "21.1": [anchor_first_no_corner, anchor_submatrix, anchor_one_side],
     "21.2": [counter_not_sum_zero, counter_two_points, counter_unit_spacing],
     "22.1": [fire_no_threshold, fire_no_plus_one],
-    "23.1": [random_with_replacement, random_offset, random_unsorted, random_global_rng],
+    "23.1": [random_wrapped, random_with_replacement, random_offset, random_stratified, random_unsorted, random_global_rng],
     "24.1": [bins_not_clipped, bins_sign_flipped, bins_overwrite],
     "25.1": [band_not_causal, band_off_by_one, band_block_distance],
     "30.1": [segments_inclusive, segments_intra_off_by_one],
@@ -356,7 +370,7 @@ EXPECT = {
     "rope_interleaved": "interleaved", "rope_half_wrong_sign": "−m·θ", "anchor_first_no_corner": "K_nn", "anchor_one_side": "four terms",
     "segments_inclusive": "exclusive", "dape_no_residual": "residual", "dape_swapped": "[B; S]",
     "conv_no_tril": "tril", "conv_tril_after": "tril", "windows_overrun": "L + 1", "alibi_wrong_sign": "penalty",
-    "ntk_exponent_one": "d/(d−2)", "sinusoidal_concat": "Interleave", "random_offset": "uniform", "counter_not_sum_zero": "sum-zero", "counter_unit_spacing": "spacing", "perm_identity": "2i + 1", "bins_not_clipped": "far bin", "bins_sign_flipped": "j − i",
+    "ntk_exponent_one": "d/(d−2)", "sinusoidal_concat": "Interleave", "random_offset": "uniform", "random_wrapped": "subset", "random_stratified": "subset", "counter_not_sum_zero": "sum-zero", "counter_unit_spacing": "spacing", "perm_identity": "2i + 1", "bins_not_clipped": "far bin", "bins_sign_flipped": "j − i",
     "band_not_causal": "never seen", "band_off_by_one": "w − 1",
 }
 
@@ -446,3 +460,54 @@ def test_chapter_exercise_section(chapter):
     assert any("check(" in "".join(c["source"]) for c in code)
     stored = "".join("".join(o.get("text", "")) for c in code for o in c.get("outputs", []))
     assert "not attempted yet" in stored and "✗" not in stored, "the stored stub output invites the reader; no red report"
+
+
+def _page_exercises() -> dict[str, set]:
+    "Every `**Exercise X.Y**` written on a page in nbs/, read from disk, by notebook."
+    found = {}
+    for path in sorted(NBS.glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        ids = set(re.findall(r"\*\*Exercise (\d+\.\d+)\*\*", text))
+        if ids: found[path.stem] = ids
+    return found
+
+
+def test_every_exercise_on_a_page_is_registered():
+    "No page poses an exercise the registry (and so the table and the course page) does not know, nor under another chapter."
+    for stem, ids in _page_exercises().items():
+        for i in sorted(ids):
+            assert i in E.EXERCISES, f"{stem} poses Exercise {i}, which is not registered in lengthx.exercises"
+            assert E.get(i).chapter == stem, (i, E.get(i).chapter, stem)
+
+
+def test_every_registered_exercise_is_on_its_page():
+    found = _page_exercises()
+    for i in E.known():
+        assert i in found.get(E.get(i).chapter, set()), f"Exercise {i} is registered but {E.get(i).chapter} does not pose it"
+
+
+def test_every_kind_is_known():
+    assert all(E.get(i).kind in E.KINDS for i in E.known())
+
+
+def test_exercise_table_escapes_pipes():
+    "A title with |m − n| must not split its Markdown row: every row has exactly the header's five cells."
+    rows = E.exercise_table().splitlines()
+    cells = lambda r: len(re.split(r"(?<!\\)\|", r)) - 2
+    assert all(cells(r) == 5 for r in rows), [r for r in rows if cells(r) != 5]
+    assert any("\\|" in r for r in rows)          # the table does hold an escaped pipe (2.3's |m − n|)
+
+
+@pytest.mark.parametrize("id", E.known(autograded_only=True))
+def test_a_stub_is_not_attempted_on_every_check(id):
+    "No check gives credit for a stub: every property of every exercise reports the stub as not attempted."
+    def stub(*a, **k): raise NotImplementedError
+    assert all(isinstance(E._run_one(c, stub), E.NotAttempted) for c in E.get(id).checks)
+
+
+@pytest.mark.parametrize("id", E.known(autograded_only=True))
+def test_a_crash_passes_no_check(id):
+    "A function that always crashes passes no property: a refusal is credited only after a pass on a valid input."
+    def crash(*a, **k): raise RuntimeError("always")
+    assert all(E._run_one(c, crash) is not None for c in E.get(id).checks)
