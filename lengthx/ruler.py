@@ -11,6 +11,7 @@ import math
 import random
 import re
 import string
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Union
@@ -22,10 +23,11 @@ from .data import stdlib_files
 from .pretrained import CausalLM
 
 # %% auto #0
-__all__ = ['RULER_TASKS', 'TEMPLATES', 'TOKENS_TO_GENERATE', 'NOISE', 'NEEDLE', 'NIAH', 'THRESHOLD', 'family', 'prompt_template',
-           'stdlib_words', 'random_value', 'RulerSample', 'fit_length', 'niah_text', 'vt_text', 'vt_example',
-           'cwe_list', 'cwe_text', 'zeta', 'fwe_text', 'ruler_sample', 'ruler_samples', 'match_all_scores',
-           'string_match_all', 'string_match_part', 'ruler_answer', 'ruler_grid', 'mean_by_length', 'effective_length']
+__all__ = ['RULER_TASKS', 'TEMPLATES', 'TOKENS_TO_GENERATE', 'NOISE', 'NEEDLE', 'NIAH', 'BASE', 'THRESHOLD', 'family',
+           'prompt_template', 'chat_template', 'in_model_template', 'stdlib_words', 'random_value', 'RulerSample',
+           'fit_length', 'niah_text', 'vt_text', 'vt_example', 'cwe_list', 'cwe_text', 'zeta', 'fwe_text',
+           'in_template', 'ruler_sample', 'ruler_samples', 'match_all_scores', 'string_match_all', 'string_match_part',
+           'ruler_answer', 'ruler_grid', 'mean_by_length', 'effective_length']
 
 # %% ../nbs/15_ruler.ipynb #71021d7c
 RULER_TASKS = ("niah_single_1", "niah_multikey_2", "niah_multikey_3", "vt", "cwe", "fwe")
@@ -66,18 +68,41 @@ def prompt_template(task: str) -> str:
     "The task's template and answer prefix joined, as RULER's `base` model template gives them to the model."
     return "".join(TEMPLATES[family(task)])
 
+
+BASE = "{task_template}"   # RULER's `base` model template: the task as it is
+
+
+def chat_template(tok) -> str:
+    "RULER's model template for a chat model: the tokenizer's chat format around one user turn, `{task_template}` in it; else `BASE`."
+    if not getattr(tok, "chat_template", None): return BASE
+    return tok.apply_chat_template([{"role": "user", "content": BASE}], tokenize=False, add_generation_prompt=True)
+
+
+def in_model_template(text: str, task: str, model_template: str = BASE) -> str:
+    "A base prompt put in a model template as RULER does: the text before the (last) answer prefix inside, the prefix after."
+    cut = text.rfind(TEMPLATES[family(task)][1][:10])
+    if cut < 0: raise ValueError(f"no {task} answer prefix in the prompt")
+    return model_template.replace(BASE, text[:cut]) + text[cut:]
+
 # %% ../nbs/15_ruler.ipynb #d4d43820
+def _code_names(node: ast.AST) -> list[str]:
+    "The identifiers a syntax node uses or defines (name, attribute, argument, function, class, import), lower-cased."
+    fields = (getattr(node, a, None) for a in ("id", "attr", "arg", "name", "asname", "module"))
+    return [part for f in fields if isinstance(f, str) for part in f.lower().split(".")]
+
+
 @functools.lru_cache(maxsize=None)
 def stdlib_words() -> tuple[str, ...]:
-    "Sorted distinct lower-case words (4–10 letters) of the standard library's docstrings (`train` split): RULER's word lists, offline."
-    words = set()
+    "Sorted lower-case words (4–10 letters) of the standard library's docstrings (`train` split) that its code never uses as names."
+    words, names = set(), set()
     for f in stdlib_files(split="train"):
         try: tree = ast.parse(f.read_text(encoding="utf-8", errors="replace"))
         except (SyntaxError, ValueError): continue
         for node in ast.walk(tree):
+            names.update(_code_names(node))
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 words.update(re.findall(r"\b[a-z]{4,10}\b", ast.get_docstring(node) or ""))
-    return tuple(sorted(words))
+    return tuple(sorted(words - names))
 
 
 def random_value(kind: str, rng: random.Random) -> str:
@@ -101,21 +126,22 @@ class RulerSample:
     @property
     def n_tokens(self) -> int: return len(self.ids) + self.max_new_tokens
 
-
+# %% ../nbs/15_ruler.ipynb #042c2f64
 def _encode(tok, text: str) -> list[int]:
     return tok(text, add_special_tokens=False).input_ids
 
 
 def fit_length(make: Callable[[int], tuple[str, list[str]]], tok, budget: int, lo: int = 1,
                most: Optional[int] = None) -> tuple[int, str, list[str], list[int]]:
-    "The largest filler n in [lo, most] whose prompt `make(n)` has at most `budget` tokens (binary search, as RULER): n, text, answers, ids."
+    "(n, text, answers, ids) of the largest filler n in [lo, most] whose prompt `make(n)` has at most `budget` tokens."
     def size(n):
         text, answers = make(n)
         ids = _encode(tok, text)
         return len(ids), (n, text, answers, ids)
     first, best = size(lo)
     if first > budget:
-        raise ValueError(f"even the least filler ({lo}) gives {first} tokens, over the budget of {budget}; use a longer length")
+        raise ValueError(f"even the least filler ({lo}) gives {first} tokens, over the budget of {budget}; "
+                         "use a longer length")
     most = most or 1 << 40
     hi = min(2 * lo, most)
     while hi > lo:   # grow until a candidate overflows (or the filler runs out)
@@ -168,7 +194,7 @@ def vt_example(tok, n_tokens: int, rng: random.Random, hops: int = 4) -> str:
     seed = rng.getrandbits(62)
     make = lambda n: vt_text(n, random.Random(seed), hops, name_len=3)
     text, names = fit_length(make, tok, 500, hops)[1:3] if n_tokens >= 4096 else make(hops)
-    return text + " " + " ".join(names) + "\n"
+    return text + " " + " ".join(names) + "\n\n"   # RULER joins the example and the task with a blank line
 
 # %% ../nbs/15_ruler.ipynb #6886f275
 def cwe_list(n: int, rng: random.Random, freq_cw: int, freq_ucw: int, num_cw: int = 10) -> tuple[str, list[str]]:
@@ -223,20 +249,29 @@ def _maker(task: str, tok, n_tokens: int, seed: int) -> tuple[Callable[[int], tu
     return (lambda n: fwe_text(n, random.Random(seed), vocab)), 50, None
 
 
-def ruler_sample(task: str, tok, n_tokens: int, rng: Union[random.Random, int]) -> RulerSample:
-    "One sample of `task` whose prompt plus answer budget is at most `n_tokens` tokens, as much filler as fits."
-    fam = family(task)
+def in_template(make: Callable[[int], tuple[str, list[str]]], task: str, model_template: str = BASE):
+    "The filler -> (text, answers) function `make` with its prompts put in `model_template`."
+    def made(n: int) -> tuple[str, list[str]]:
+        text, answers = make(n)
+        return in_model_template(text, task, model_template), answers
+    return made
+
+
+def ruler_sample(task: str, tok, n_tokens: int, rng: Union[random.Random, int],
+                 model_template: str = BASE) -> RulerSample:
+    "One sample of `task` in `model_template`, prompt plus answer budget at most `n_tokens` tokens, as much filler as fits."
     rng = rng if isinstance(rng, random.Random) else random.Random(rng)
-    budget = TOKENS_TO_GENERATE[fam]
+    budget = TOKENS_TO_GENERATE[family(task)]
     make, lo, most = _maker(task, tok, n_tokens, rng.getrandbits(62))
-    n, text, answers, ids = fit_length(make, tok, n_tokens - budget, lo, most)
+    n, text, answers, ids = fit_length(in_template(make, task, model_template), tok, n_tokens - budget, lo, most)
     return RulerSample(task, text, torch.tensor(ids), answers, budget, n)
 
 
-def ruler_samples(task: str, tok, n_tokens: int, n_samples: int, seed: int = 0) -> list[RulerSample]:
+def ruler_samples(task: str, tok, n_tokens: int, n_samples: int, seed: int = 0,
+                  model_template: str = BASE) -> list[RulerSample]:
     "The `n_samples` samples of one (task, length) cell, drawn from a generator seeded by (seed, task, length)."
     rng = random.Random(f"{seed}|{task}|{n_tokens}")
-    return [ruler_sample(task, tok, n_tokens, rng) for _ in range(n_samples)]
+    return [ruler_sample(task, tok, n_tokens, rng, model_template) for _ in range(n_samples)]
 
 # %% ../nbs/15_ruler.ipynb #74321143
 def _found(pred: str, refs: Sequence[str]) -> list[float]:
@@ -270,28 +305,33 @@ def ruler_answer(model, tok, sample: RulerSample, max_new_tokens: Optional[int] 
     hf = _hf_model(model)
     dev = next(hf.parameters()).device
     ids = sample.ids.to(dev)[None]
-    out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=min(sample.max_new_tokens, max_new_tokens or 1 << 30),
-                      do_sample=False, pad_token_id=hf.config.eos_token_id)
+    budget = min(sample.max_new_tokens, max_new_tokens or 1 << 30)
+    out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=budget, do_sample=False,
+                      pad_token_id=hf.config.eos_token_id)
     return tok.decode(out[0, ids.shape[1]:].tolist(), skip_special_tokens=True)
 
 
 def ruler_grid(model, tok, tasks: Sequence[str] = RULER_TASKS, lengths: Sequence[int] = (4096,), n_samples: int = 5,
-               seed: int = 0, max_new_tokens: Optional[int] = None) -> dict:
-    "{task: {length: {score, scores, preds}}}: RULER's score (percent) per cell and each sample's fraction, lengths as strings."
+               seed: int = 0, max_new_tokens: Optional[int] = None, model_template: str = BASE) -> dict:
+    "{task: {length: cell}}, lengths as strings; cell: score (percent), per-sample fractions, prompts, fillers, preds, refs, seconds."
     for t in tasks: family(t)   # a bad task name fails before any work
     if n_samples < 1: raise ValueError(f"n_samples must be at least 1, got {n_samples}")
     out = {}
     for task in tasks:
         for L in lengths:
-            samples = ruler_samples(task, tok, L, n_samples, seed)
+            t0 = time.perf_counter()
+            samples = ruler_samples(task, tok, L, n_samples, seed, model_template)
+            t1 = time.perf_counter()
             preds = [ruler_answer(model, tok, s, max_new_tokens) for s in samples]
             refs = [s.answers for s in samples]
-            out.setdefault(task, {})[str(L)] = {"score": string_match_all(preds, refs),
-                                                "scores": match_all_scores(preds, refs), "preds": preds}
+            out.setdefault(task, {})[str(L)] = {
+                "score": string_match_all(preds, refs), "scores": match_all_scores(preds, refs), "preds": preds,
+                "refs": refs, "prompts": [s.text for s in samples], "fillers": [s.filler for s in samples],
+                "fit_s": t1 - t0, "answer_s": time.perf_counter() - t1}
     return out
 
 # %% ../nbs/15_ruler.ipynb #a8692e35
-THRESHOLD = 85.6   # RULER: Llama-2-7B's mean score at 4K, the bar a length must clear to count as effective
+THRESHOLD = 85.6   # RULER: Llama-2-7b-chat's mean over RULER's 13 tasks at 4K, the bar a length must clear to count
 
 
 def mean_by_length(grid: dict) -> dict[int, float]:

@@ -9,9 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from lengthx.ruler import (NIAH, RULER_TASKS, THRESHOLD, RulerSample, _maker, effective_length, fit_length,
-                           match_all_scores, mean_by_length, ruler_answer, ruler_grid, ruler_sample, ruler_samples,
-                           string_match_all, string_match_part, zeta)
+from lengthx.ruler import (BASE, NIAH, RULER_TASKS, TEMPLATES, THRESHOLD, RulerSample, _maker, chat_template,
+                           effective_length, family, fit_length, in_template, match_all_scores, mean_by_length,
+                           ruler_answer, ruler_grid, ruler_sample, ruler_samples, stdlib_words, string_match_all,
+                           string_match_part, zeta)
 
 
 class WordTok:
@@ -103,6 +104,40 @@ def test_vt_answer_is_exactly_the_chain_of_the_value():
         assert example.count("VAR ") >= 9   # the worked example carries its own chain and its answer
 
 
+def test_vt_worked_example_and_task_are_joined_by_a_blank_line():
+    "RULER puts the worked example, then a blank line, then the task."
+    s = ruler_sample("vt", TOK, 1024, 11)
+    example, task = s.text.split("\n\nMemorize and track", 1)
+    assert example.startswith("Memorize and track") and re.search(r"they are: +(\w{3} ){4}\w{3}$", example)
+    assert set(s.answers) <= set(re.findall(r"VAR (\w+)", task))   # the task's own chain follows the blank line
+
+
+def test_stdlib_words_leave_out_code_names():
+    "Docstring words that the code uses as names (arguments, methods, modules) are not words of the lists."
+    words = set(stdlib_words())
+    for name in ("sizehint", "hexdigest", "expanduser", "args", "self", "kwargs"):
+        assert name not in words, name
+    assert {"different", "following", "meaning"} <= words and len(words) > 2000   # English stays, enough for cwe
+
+
+FAKE_CHAT = "<s>[SYSTEM] be brief [USER] {task_template} [ASSISTANT]"
+
+
+@pytest.mark.parametrize("task", RULER_TASKS)
+def test_model_template_wraps_the_task_and_leaves_the_prefix_to_the_answer(task):
+    "As RULER: the task template inside the model template, the answer prefix after it; the whole still fits."
+    L = 1024
+    s = ruler_sample(task, TOK, L, 5, model_template=FAKE_CHAT)
+    assert s.text.startswith("<s>[SYSTEM] be brief [USER] ") and s.text.count("[ASSISTANT]") == 1
+    task_text, answer = s.text.split(" [ASSISTANT]")
+    assert answer.startswith(TEMPLATES[family(task)][1][:10]) and "Question" not in answer and "?" not in answer
+    make, lo, most = _maker(task, TOK, L, random.Random(5).getrandbits(62))
+    assert in_template(make, task, FAKE_CHAT)(s.filler)[0] == s.text
+    assert task_text[len("<s>[SYSTEM] be brief [USER] "):] + answer == make(s.filler)[0]   # the base prompt, unchanged
+    assert s.n_tokens <= L and n_prompt(in_template(make, task, FAKE_CHAT)(s.filler + 1)[0]) + s.max_new_tokens > L
+    assert chat_template(TOK) == BASE and ruler_sample(task, TOK, L, 5).text == make(ruler_sample(task, TOK, L, 5).filler)[0]
+
+
 def test_cwe_answers_are_the_ten_most_common_words():
     for L in (1024, 4096):
         s = ruler_sample("cwe", TOK, L, 5)
@@ -174,6 +209,9 @@ def test_runner_scores_right_and_wrong_models():
             assert right[t][L]["score"] == 100.0 and right[t][L]["scores"] == [1.0, 1.0]
             assert wrong[t][L]["score"] == 0.0 and wrong[t][L]["scores"] == [0.0, 0.0]
     assert effective_length(mean_by_length(right)) == 2048 and effective_length(mean_by_length(wrong)) == 0
+    cell, again = right["vt"]["1024"], ruler_samples("vt", TOK, 1024, 2, seed=4)
+    assert cell["refs"] == [x.answers for x in again] and cell["prompts"] == [x.text for x in again]
+    assert cell["fillers"] == [x.filler for x in again] and cell["fit_s"] >= 0 and cell["answer_s"] >= 0
     s = ruler_samples("niah_single_1", TOK, 1024, 1, seed=4)[0]
     assert ruler_answer(EchoModel(known, True), TOK, s) == " " + s.answers[0]
     assert ruler_answer(EchoModel(known, True), TOK, s, max_new_tokens=1) == TOK.decode(TOK(" " + s.answers[0]).input_ids[:1])
@@ -186,6 +224,10 @@ def test_with_smollm2_tokenizer():
     try: folder, gguf = weights_location("smollm2-135m")
     except FileNotFoundError as e: pytest.skip(str(e))
     tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=gguf, local_files_only=True)
+    chat = chat_template(tok)
+    assert chat.count(BASE) == 1 and chat.rstrip().endswith("<|im_start|>assistant")
+    s = ruler_sample("niah_single_1", tok, 2048, 0, model_template=chat)
+    assert s.n_tokens <= 2048 and tok.convert_tokens_to_ids("<|im_start|>") in s.ids.tolist()   # special tokens, not text
     for task in RULER_TASKS:
         s = ruler_sample(task, tok, 2048, 0)
         assert s.n_tokens <= 2048 and s.ids.tolist() == tok(s.text, add_special_tokens=False).input_ids
