@@ -28,12 +28,13 @@ __all__ = ['SPLITS', 'SPLIT_PERCENT', 'SKIP_DIRS', 'TEXT_SUFFIXES', 'EOT_TEXT', 
            'stdlib_root', 'split_of', 'stdlib_files', 'DataWarning', 'decode_utf8', 'stdlib_corpus', 'corpus_info',
            'text_file_corpus', 'ByteTokenizer', 'BPETokenizer', 'default_cache_dir', 'atomic_write_bytes',
            'open_regular', 'read_regular', 'corpus_cache_key', 'tensor_sha256', 'read_token_cache', 'cached_tokens',
-           'corpus_tokens', 'encode_corpus', 'LockedError', 'atomic_write_json', 'open_own_file', 'append_bytes',
-           'save_figure', 'exclusive_lock', 'get_batch', 'step_generator', 'batch_at', 'HFSource', 'hf_source',
+           'corpus_tokens', 'encode_corpus', 'get_batch', 'step_generator', 'batch_at', 'HFSource', 'hf_source',
            'wikitext_articles', 'hf_documents', 'hf_cache_key', 'hf_tokens', 'load_tokens', 'check_cache_dir',
-           'check_corpus', 'corpus_split']
+           'check_corpus', 'corpus_split', 'LockedError', 'atomic_write_json', 'open_own_file', 'append_bytes',
+           'save_figure', 'exclusive_lock']
 
 # %% ../nbs/51_data.ipynb #38b96dc6
+#| code-fold: true
 SPLITS = ("train", "validation", "test")
 SPLIT_PERCENT = {"train": 90, "validation": 5, "test": 5}
 SKIP_DIRS = frozenset({"site-packages", "test", "tests", "idle_test", "__pycache__"})
@@ -150,6 +151,7 @@ def text_file_corpus(paths: Union[str, Path, Iterable[Union[str, Path]]],
     return docs
 
 # %% ../nbs/51_data.ipynb #a5b55a46
+#| code-fold: true
 class ByteTokenizer:
     "UTF-8 bytes as tokens: vocabulary 256, lossless, no training."
     name = "bytes"
@@ -194,6 +196,7 @@ def _single_token_ids(tok, chars: Sequence[str]) -> tuple[int, ...]:
     return tuple(out)
 
 # %% ../nbs/51_data.ipynb #705360d2
+#| code-fold: true
 EOT_TEXT = "<|endoftext|>"
 
 
@@ -256,15 +259,21 @@ class BPETokenizer:
         return torch.tensor(out, dtype=torch.long)
 
     def separator_ids(self, chars: Sequence[str] = ("\n", ".")) -> tuple[int, ...]:
-        "Token ids of single-token separators (BiPE segments at them)."
-        return _single_token_ids(self, chars)
+        "Ids of every token whose text contains one of `chars`: byte-level BPE merges a newline with the indentation after it, so the one-character token alone misses most separators."
+        _single_token_ids(self, chars)                        # each separator is also a token on its own
+        return tuple(i for i in range(self.vocab_size)
+                     if i != self.eot_id and any(c in self.decode([i]) for c in chars))
 
     @property
-    def sep_ids(self) -> tuple[int, ...]: return self.separator_ids()
+    def sep_ids(self) -> tuple[int, ...]:
+        "BiPE's separators for this vocabulary: every token that contains a newline or a full stop."
+        if getattr(self, "_sep_ids", None) is None: self._sep_ids = self.separator_ids()
+        return self._sep_ids
 
     def __repr__(self): return f"BPETokenizer(vocab_size={self.vocab_size})"
 
 # %% ../nbs/51_data.ipynb #07d5f6b7
+#| code-fold: true
 def _check_dir(path: Path, what: str) -> Path:
     "Refuse a directory path whose nearest existing ancestor (or itself) is not a directory."
     p = path
@@ -419,86 +428,6 @@ def encode_corpus(docs: Sequence[str], tokenizer=None) -> Tensor:
     tok = tokenizer if tokenizer is not None else ByteTokenizer()
     return tok.encode_documents(docs)
 
-# %% ../nbs/51_data.ipynb #28b80809
-class LockedError(RuntimeError):
-    "Another process holds the lock on a run directory or an output file: refuse instead of interleaving writes."
-
-
-def atomic_write_json(path: Union[str, Path], obj: Any, mode: Optional[int] = None) -> None:
-    "Write `obj` as indented JSON atomically (readers see the old file or the new one, never half of each)."
-    atomic_write_bytes(Path(path), (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode("utf-8"), mode)
-
-
-_OWN_FILE = os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-
-
-def _not_regular(path: Path, st: os.stat_result, what: str) -> None:
-    kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a file")
-    raise ValueError(f"{str(path)!r} ({what}) is not a regular file (it is {kind}); remove it") from None
-
-
-def open_own_file(path: Union[str, Path], flags: int, what: str) -> int:
-    "A descriptor of the regular file `path` (created 0644 if missing) opened with `flags`, refusing a symlink, a hard link, a FIFO or a device: a file lengthx writes in place is its own, never another file reached through it."
-    path = Path(path)
-    try:
-        fd = os.open(path, flags | _OWN_FILE, 0o644)
-    except OSError:
-        if os.path.islink(path):   # O_NOFOLLOW: ELOOP (or EMLINK on some systems) for a symlink
-            raise ValueError(f"{str(path)!r} ({what}) is a symbolic link (to {os.readlink(path)!r}); lengthx never writes "
-                             "through a link: remove it") from None
-        if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode): _not_regular(path, os.lstat(path), what)
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode): _not_regular(path, st, what)
-        if st.st_nlink > 1:
-            raise ValueError(f"{str(path)!r} ({what}) has {st.st_nlink} hard links (another file shares its content); "
-                             "lengthx never writes through a link: remove it")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def append_bytes(path: Union[str, Path], data: bytes, what: str = "file") -> None:
-    "Append `data` to the regular file `path` (created if missing), never through a symlink or hard link (`open_own_file`)."
-    fd = open_own_file(path, os.O_WRONLY | os.O_APPEND, what)
-    try:
-        view = memoryview(data)
-        while view: view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
-
-
-def save_figure(fig, path: Union[str, Path], mode: int = 0o644, **savefig_kw) -> Path:
-    "Save a matplotlib figure atomically (`atomic_write_bytes`): the format from the suffix, a symlink at `path` replaced, never written through."
-    import io
-    path = Path(path)
-    buf = io.BytesIO()
-    fig.savefig(buf, format=path.suffix.lstrip(".").lower() or "png", **savefig_kw)
-    atomic_write_bytes(path, buf.getvalue(), mode)
-    return path
-
-
-@contextmanager
-def exclusive_lock(lock_path: Union[str, Path], what: str) -> Iterator[Path]:
-    "Hold a non-blocking `flock` on `lock_path` for the block; a second holder gets `LockedError` naming `what`; a lock file that is a link, FIFO or device is refused (`open_own_file`)."
-    import fcntl
-    lock_path = Path(lock_path)
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = open_own_file(lock_path, os.O_RDWR, f"the lock file of {what}")
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
-            raise LockedError(f"{what} is in use by another lengthx process (pid {holder}); "
-                              f"wait for it to finish or stop it") from None
-        os.ftruncate(fd, 0); os.pwrite(fd, str(os.getpid()).encode(), 0)
-        yield lock_path
-    finally:
-        os.close(fd)   # closing the descriptor releases the lock; the file stays (removing it would race)
-
 # %% ../nbs/51_data.ipynb #6dd73d7a
 def get_batch(tokens: Tensor, batch_size: int, length: int, generator: Optional[torch.Generator] = None,
               device: Optional[Union[str, torch.device]] = None) -> tuple[Tensor, Tensor]:
@@ -525,6 +454,7 @@ def batch_at(tokens: Tensor, step: int, batch_size: int, length: int, seed: int 
     return get_batch(tokens, batch_size, length, step_generator(seed, step), device)
 
 # %% ../nbs/51_data.ipynb #31f38d28
+#| code-fold: true
 @dataclass
 class HFSource:
     "A Hugging Face dataset and how its records become documents (see `HF_CORPORA`)."
@@ -660,18 +590,13 @@ def load_tokens(corpus: Union[str, HFSource] = "stdlib", split: str = "train", t
     return hf_tokens(corpus, split, tokenizer, **kw)
 
 # %% ../nbs/51_data.ipynb #fe4c094c
+#| code-fold: true
 CORPORA = ("stdlib", "pg19", "arxiv", "github", "wikitext103")    # or a directory of text files
 
 
 def check_cache_dir() -> None:
     "Refuse a `LENGTHX_CACHE` that cannot hold the token cache (a file, or a path under a file) before any work."
-    env = os.environ.get("LENGTHX_CACHE")
-    if not env: return
-    p = Path(env).expanduser()
-    while not p.exists() and p != p.parent: p = p.parent     # the nearest part of the path that exists
-    if not p.is_dir():
-        raise ValueError(f"LENGTHX_CACHE={env} cannot be a cache directory: {p} is a file; "
-                         "point it at a directory or unset it")
+    if os.environ.get("LENGTHX_CACHE"): default_cache_dir()   # the same check every cache read makes
 
 
 def check_corpus(corpus: str) -> str:
@@ -698,3 +623,84 @@ def corpus_split(corpus: str, split: str) -> Tensor:
              and split_of(f.relative_to(root)) == split]
     if not files: raise ValueError(f"no text files of split {split!r} under {corpus}")
     return encode_corpus(text_file_corpus(files))
+
+# %% ../nbs/51_data.ipynb #28b80809
+#| code-fold: true
+class LockedError(RuntimeError):
+    "Another process holds the lock on a run directory or an output file: refuse instead of interleaving writes."
+
+
+def atomic_write_json(path: Union[str, Path], obj: Any, mode: Optional[int] = None) -> None:
+    "Write `obj` as indented JSON atomically (readers see the old file or the new one, never half of each)."
+    atomic_write_bytes(Path(path), (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode("utf-8"), mode)
+
+
+_OWN_FILE = os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _not_regular(path: Path, st: os.stat_result, what: str) -> None:
+    kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a file")
+    raise ValueError(f"{str(path)!r} ({what}) is not a regular file (it is {kind}); remove it") from None
+
+
+def open_own_file(path: Union[str, Path], flags: int, what: str) -> int:
+    "A descriptor of the regular file `path` (created 0644 if missing) opened with `flags`, refusing a symlink, a hard link, a FIFO or a device: a file lengthx writes in place is its own, never another file reached through it."
+    path = Path(path)
+    try:
+        fd = os.open(path, flags | _OWN_FILE, 0o644)
+    except OSError:
+        if os.path.islink(path):   # O_NOFOLLOW: ELOOP (or EMLINK on some systems) for a symlink
+            raise ValueError(f"{str(path)!r} ({what}) is a symbolic link (to {os.readlink(path)!r}); lengthx never writes "
+                             "through a link: remove it") from None
+        if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode): _not_regular(path, os.lstat(path), what)
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode): _not_regular(path, st, what)
+        if st.st_nlink > 1:
+            raise ValueError(f"{str(path)!r} ({what}) has {st.st_nlink} hard links (another file shares its content); "
+                             "lengthx never writes through a link: remove it")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def append_bytes(path: Union[str, Path], data: bytes, what: str = "file") -> None:
+    "Append `data` to the regular file `path` (created if missing), never through a symlink or hard link (`open_own_file`)."
+    fd = open_own_file(path, os.O_WRONLY | os.O_APPEND, what)
+    try:
+        view = memoryview(data)
+        while view: view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def save_figure(fig, path: Union[str, Path], mode: int = 0o644, **savefig_kw) -> Path:
+    "Save a matplotlib figure atomically (`atomic_write_bytes`): the format from the suffix, a symlink at `path` replaced, never written through."
+    import io
+    path = Path(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lstrip(".").lower() or "png", **savefig_kw)
+    atomic_write_bytes(path, buf.getvalue(), mode)
+    return path
+
+
+@contextmanager
+def exclusive_lock(lock_path: Union[str, Path], what: str) -> Iterator[Path]:
+    "Hold a non-blocking `flock` on `lock_path` for the block; a second holder gets `LockedError` naming `what`; a lock file that is a link, FIFO or device is refused (`open_own_file`)."
+    import fcntl
+    lock_path = Path(lock_path)
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = open_own_file(lock_path, os.O_RDWR, f"the lock file of {what}")
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            raise LockedError(f"{what} is in use by another lengthx process (pid {holder}); "
+                              f"wait for it to finish or stop it") from None
+        os.ftruncate(fd, 0); os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield lock_path
+    finally:
+        os.close(fd)   # closing the descriptor releases the lock; the file stays (removing it would race)

@@ -265,7 +265,22 @@ def test_bpe_missing_package_gives_clear_error_or_trains():
     assert tok.vocab_size == 400 and tok.decode(tok.encode(docs[0])) == docs[0]
     assert len(tok.encode(docs[0])) < len(docs[0].encode())  # merges shorten the sequence
     t = tok.encode_documents(docs[:3])
-    assert int((t == tok.eot_id).sum()) == 2 and len(tok.sep_ids) == 2
+    assert int((t == tok.eot_id).sum()) == 2 and set(tok.encode("\n") + tok.encode(".")) <= set(tok.sep_ids)
     assert tok.encode("<|endoftext|>") == [tok.eot_id]           # the collision a document could cause
     with pytest.raises(ValueError, match="document 1 contains the literal text '<\\|endoftext\\|>'"):
         tok.encode_documents(["a", "x <|endoftext|> y"])
+
+
+def test_bpe_sep_ids_cover_every_newline_and_full_stop():
+    "BiPE segments at every '\\n' and '.': with byte-level BPE they sit inside merged tokens ('\\n    ', '._'), which sep_ids must list."
+    pytest.importorskip("tokenizers")
+    docs = stdlib_corpus("validation")[:30]
+    tok = BPETokenizer.train(docs, vocab_size=600)
+    sep = set(tok.sep_ids)
+    assert tok.encode("\n") == [min(i for i in sep if tok.decode([i]) == "\n")]     # the bare separators are listed too
+    assert any(tok.decode([i]) not in ("\n", ".") for i in sep)                    # merged ones exist in code
+    for d in docs[:10]:
+        enc = tok.tok.encode(d)
+        for i, (a, b) in zip(enc.ids, enc.offsets):
+            assert (i in sep) == any(c in d[a:b] for c in "\n."), (d[a:b], i in sep)   # exactly the tokens holding one
+    assert tok.eot_id not in sep and tok.separator_ids(("\n",)) != tok.sep_ids
