@@ -496,6 +496,9 @@ def ntk_inv_freq(dim: int, base: float, scale: float) -> Tensor:
 written("12.2", "12_context_extension", "Derive the NTK exponent d/(d−2), and what PI does to the fastest pair", "derive")
 written("12.3", "12_context_extension", "Predict the ranking of PI, NTK, YaRN and ReRoPE at 4×, then run the chapter's experiment", "experiment")
 written("12.4", "12_context_extension", "Dynamic YaRN's schedule: static YaRN at nL, the authors' cache, dynamic NTK and Qwen's α", "derive")
+written("15.1", "15_ruler", "The values a RULER cell can take, and the samples a 10-point difference needs", "derive")
+written("15.2", "15_ruler", "Predict, then compare RULER's base template with SmolLM2's chat format on two needle tasks", "experiment")
+written("15.3", "15_ruler", "Effective length past SmolLM2's context, under two of chapter 12's extensions", "experiment")
 
 # %% ../nbs/80_exercises.ipynb #ba074dd1
 #| code-fold: true

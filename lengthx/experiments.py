@@ -38,7 +38,8 @@ from .pe.cdape import delta_p
 from .pe.window import with_window
 from .pretrained import (LONG_DOCS_METHODS, LONG_DOCS_MORE, LONG_DOCS_SETTINGS, PARTS_SETTINGS, PRETRAINED_SETTINGS, SMOLLM2,
                                 CausalLM, extend, load_pretrained, long_docs_grid, parts_grid, pretrained_grid)
-from .ruler import RULER_TASKS, effective_length, match_all_scores, mean_by_length, ruler_answer, ruler_samples, string_match_all
+from .ruler import (BASE, RULER_TASKS, chat_template, effective_length, match_all_scores, mean_by_length,
+                           ruler_answer, ruler_samples, string_match_all)
 from .recall import cot_experiment, recall_experiment
 from .results import (BUDGET_NAMES, SCHEMA, UNITS, check_clean, committed_results, device_of, is_result, load_results,
                              final_record, lengthx_checkout, load_results, pick, provenance_line, read_results, result_dirs,
@@ -516,14 +517,14 @@ def unit_long_docs(ctx: Context, S: dict, part: Partial) -> dict:
     return long_docs_grid(S, progress=ctx.progress, step=part.get, device=ctx.device)
 
 
-# RULER's six tasks (chapter 15) on SmolLM2: inside its context, and past it under chapter 12's methods (each method's
-# lengths are listed with it: below L most methods are the model as shipped, so the CPU preset reads them only past L)
+# RULER's six tasks (chapter 15) on SmolLM2, in its chat format as RULER runs a chat model: inside its context, and past
+# it under chapter 12's methods (each method's lengths are listed with it: below L dynamic YaRN is the model as shipped)
 RULER_SETTINGS = {
-    "smoke": dict(model=SMOLLM2, tasks=["niah_single_1"], n_samples=1, seed=0, max_new_tokens=12,
+    "smoke": dict(model=SMOLLM2, tasks=["niah_single_1"], n_samples=1, seed=0, max_new_tokens=12, template="chat",
                   methods={"rope": [384], "yarn:s=2": [384]}),
-    "cpu": dict(model=SMOLLM2, tasks=list(RULER_TASKS), n_samples=5, seed=0, max_new_tokens=None,
+    "cpu": dict(model=SMOLLM2, tasks=list(RULER_TASKS), n_samples=5, seed=0, max_new_tokens=None, template="chat",
                 methods={"rope": [2048, 4096, 8192], "yarn:dynamic=true": [16384]}),
-    "gpu": dict(model=SMOLLM2, tasks=list(RULER_TASKS), n_samples=20, seed=0, max_new_tokens=None,
+    "gpu": dict(model=SMOLLM2, tasks=list(RULER_TASKS), n_samples=20, seed=0, max_new_tokens=None, template="chat",
                 methods={m: [4096, 8192, 16384, 32768] for m in LONG_DOCS_METHODS}),
 }
 
@@ -531,7 +532,8 @@ RULER_SETTINGS = {
 def ruler_cell(model, tok, spec: str, task: str, T: int, S: dict) -> dict:
     "One (method, task, length) cell: the samples' greedy answers under `spec`, RULER's score, per-sample fractions, seconds."
     hf = model.model if isinstance(model, CausalLM) else model
-    samples = ruler_samples(task, tok, T, S["n_samples"], S["seed"])
+    template = {"chat": chat_template(tok), "base": BASE}[S["template"]]
+    samples = ruler_samples(task, tok, T, S["n_samples"], S["seed"], model_template=template)
     t = time.perf_counter()
     with extend(hf, spec):
         preds = [ruler_answer(model, tok, s, S["max_new_tokens"]) for s in samples]
