@@ -38,8 +38,8 @@ from .model import GPT, PRESETS, GPTConfig, flops_per_token, pattern_spec
 # %% auto #0
 __all__ = ['QUICK', 'SEED_MAX', 'RUN_FIELDS', 'DECAY_MODULES', 'CKPT_FORMAT', 'RUN_FORMAT', 'CKPT_JSON', 'RUN_JSON', 'METRICS',
            'LOCK', 'MAX_STATE_BYTES', 'SIGTERM_GRACE', 'MAX_STEP_SECONDS', 'CURRENT_RUN', 'check_seed', 'TrainConfig',
-           'lr_at', 'available_devices', 'resolve_device', 'decay_parameters', 'make_optimizer', 'seed_everything',
-           'autocast_context', 'CheckpointError', 'CheckpointSaveError', 'RunMismatchError', 'TrainingDiverged',
+           'lr_at', 'available_devices', 'resolve_device', 'seed_everything', 'autocast_context', 'decay_parameters',
+           'make_optimizer', 'CheckpointError', 'CheckpointSaveError', 'RunMismatchError', 'TrainingDiverged',
            'state_digest', 'flatten_optimizer_state', 'unflatten_optimizer_state', 'list_checkpoints',
            'save_checkpoint', 'verify_checkpoint', 'read_checkpoint_state', 'find_checkpoint', 'weight_shapes',
            'check_weights_fit_config', 'load_checkpoint', 'load_model', 'clean_run_dir', 'spread_positions',
@@ -51,6 +51,7 @@ __all__ = ['QUICK', 'SEED_MAX', 'RUN_FIELDS', 'DECAY_MODULES', 'CKPT_FORMAT', 'R
 QUICK = os.environ.get("LENGTHX_FULL") != "1"
 
 # %% ../nbs/52_train.ipynb #1c595072
+#| code-fold: true
 def _check_int(cfg, name: str, minimum: int) -> None:
     v = getattr(cfg, name)
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
@@ -141,7 +142,7 @@ class TrainConfig:
 RUN_FIELDS = ("batch_size", "length", "lr", "min_lr", "warmup", "weight_decay", "betas", "eps",
               "grad_clip", "grad_accum", "seed", "dtype")
 
-
+# %% ../nbs/52_train.ipynb #67609770
 def _cosine(step: int, begin: int, end: int, start_lr: float, min_lr: float) -> float:
     "Half a cosine from `start_lr` at `begin` down to `min_lr` at `end` (flat after it)."
     frac = min(1.0, max(0.0, (step - begin) / max(1, end - begin)))
@@ -159,7 +160,8 @@ def lr_at(step: int, cfg: TrainConfig, schedule: Optional[Sequence[Sequence[int]
         start_lr, begin, end = _cosine(b, begin, end, start_lr, cfg.min_lr), b, e
     return _cosine(step, begin, end, start_lr, cfg.min_lr)
 
-# %% ../nbs/52_train.ipynb #359f345d
+# %% ../nbs/52_train.ipynb #d41a8df0
+#| code-fold: true
 def available_devices() -> list[str]:
     "The device names `resolve_device` accepts on this machine."
     out = ["auto", "cpu"]
@@ -186,6 +188,23 @@ def resolve_device(name: Union[str, torch.device] = "auto") -> torch.device:
     raise ValueError(f"device {name!r} is not available ({why}); available here: {', '.join(avail)}")
 
 
+def seed_everything(seed: int) -> None:
+    "Seed Python, NumPy (if present) and torch (all devices); `seed` in 0..2^64 − 1."
+    seed = check_seed(seed)
+    random.seed(seed)
+    torch.manual_seed(seed)
+    with contextlib.suppress(ImportError):
+        import numpy as np
+        np.random.seed(seed % 2**32)
+
+
+def autocast_context(device: torch.device, dtype: str):
+    "Mixed precision on GPU (bf16 or fp16); a no-op for float32."
+    if dtype == "float32": return contextlib.nullcontext()
+    if dtype == "fp16" and device.type != "cuda": raise ValueError("fp16 training needs CUDA; use bf16 or float32")
+    return torch.autocast(device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
+
+# %% ../nbs/52_train.ipynb #1d3d6c17
 DECAY_MODULES = (nn.Linear, nn.Embedding, nn.Conv1d, nn.Conv2d)
 
 
@@ -204,24 +223,8 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: Optional[torch.de
     extra = {"fused": True} if device is not None and device.type == "cuda" else {}
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, **extra)
 
-
-def seed_everything(seed: int) -> None:
-    "Seed Python, NumPy (if present) and torch (all devices); `seed` in 0..2^64 − 1."
-    seed = check_seed(seed)
-    random.seed(seed)
-    torch.manual_seed(seed)
-    with contextlib.suppress(ImportError):
-        import numpy as np
-        np.random.seed(seed % 2**32)
-
-
-def autocast_context(device: torch.device, dtype: str):
-    "Mixed precision on GPU (bf16 or fp16); a no-op for float32."
-    if dtype == "float32": return contextlib.nullcontext()
-    if dtype == "fp16" and device.type != "cuda": raise ValueError("fp16 training needs CUDA; use bf16 or float32")
-    return torch.autocast(device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
-
-# %% ../nbs/52_train.ipynb #1e7a7293
+# %% ../nbs/52_train.ipynb #fc66aac9
+#| code-fold: true
 class CheckpointError(ValueError):
     "A checkpoint that is missing, incomplete, fails its hash check, or does not fit the model asked for."
 
@@ -591,6 +594,7 @@ def clean_run_dir(run_dir: Union[str, Path]) -> list[str]:
     return removed
 
 # %% ../nbs/52_train.ipynb #e09188c8
+#| code-fold: true
 def spread_positions(n: int, k: int) -> Tensor:
     "min(n, k) positions spread evenly over 0..n−1, the first 0 and the last n−1: ⌊i(n−1)/(m−1)⌋ in exact int64 arithmetic."
     m = min(n, k)
@@ -609,7 +613,7 @@ def tokens_fingerprint(tokens: Tensor) -> str:
 
 
 def _float_fingerprint(tokens: Tensor) -> str:
-    "The fingerprint older run.json files hold (positions from a float32 linspace, clamped): such a run still resumes."
+    "The same fingerprint with positions from a float32 linspace (clamped); `run.json` may hold either form."
     n = tokens.numel()
     idx = torch.linspace(0, max(n - 1, 0), min(n, 65536)).long().clamp_(max=max(n - 1, 0)) if n else torch.zeros(0, dtype=torch.long)
     h = hashlib.sha256(str(n).encode())
@@ -682,6 +686,7 @@ def check_checkpoint_run(run_dir: Path, state: dict, ident: dict) -> None:
                                f"({'; '.join(diffs)}); it was not resumed: move its files away, or use a new run_dir")
 
 # %% ../nbs/52_train.ipynb #610599c3
+#| code-fold: true
 class StepInterrupted(BaseException):
     "SIGTERM arrived during a step's forward and backward pass: the step is dropped, the weights are those of the last completed step."
 
@@ -743,6 +748,7 @@ class _StopFlag:
         if self.signum is not None: raise SystemExit(128 + int(self.signum))
 
 # %% ../nbs/52_train.ipynb #a43ddf2a
+#| code-fold: true
 def dist_env() -> tuple[int, int, int]:
     "(world_size, rank, local_rank) from torchrun's environment; (1, 0, 0) when it did not launch us."
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -823,6 +829,7 @@ class _Distributed:
             dist.barrier()
 
 # %% ../nbs/52_train.ipynb #7f8357b7
+#| code-fold: true
 def _read_metrics(path: Path, upto: int) -> list[dict]:
     "The records of steps 1..upto, one per step (a torn last line or a repeated step is dropped)."
     if not path.exists(): return []
@@ -1132,6 +1139,7 @@ def _loop(model, opt, scaler, model_cfg, cfg, tokens, run_dir, progress, val_tok
     return model, history
 
 # %% ../nbs/52_train.ipynb #aa313e8a
+#| code-fold: true
 def _is_lengthx_checkout(top: Path) -> bool:
     "True when `top` holds lengthx's own nbdev settings (`lib_name = lengthx` in settings.ini)."
     ini = configparser.ConfigParser()
