@@ -18,21 +18,22 @@ from .attention import (PATHS, PE, Positions, WrappedPE, additive_mask, attentio
                                check_spec, pick_path, relative_bias_matrix)
 
 # %% auto #0
-__all__ = ['PRESETS', 'PRESET_ALIASES', 'LAYER_SEP', 'pattern_spec', 'pattern_specs', 'GPTConfig', 'layer_specs', 'SelfAttention',
-           'Block', 'positions_kind', 'LayerPattern', 'map_pes', 'build_model_pe', 'GPT', 'flops_per_token', 'pe_shape',
-           'check_model_spec']
+__all__ = ['PRESETS', 'PRESET_ALIASES', 'LAYER_SEP', 'pattern_spec', 'pattern_specs', 'layer_specs', 'GPTConfig', 'SelfAttention',
+           'Block', 'GPT', 'positions_kind', 'LayerPattern', 'map_pes', 'build_model_pe', 'pe_shape',
+           'check_model_spec', 'flops_per_token']
 
 # %% ../nbs/50_model.ipynb #507f9a24
 PRESETS = {
-    "tiny": dict(n_layer=2, n_head=4, d_model=64),          # CI and notebooks: seconds on a CPU
-    "small": dict(n_layer=6, n_head=8, d_model=512),        # ~19M parameters without embeddings
+    "tiny": dict(n_layer=2, n_head=4, d_model=64),          # the CPU experiments and the notebooks
+    "small": dict(n_layer=6, n_head=8, d_model=512),        # the GPU budget and the timing shape
     "gpt2-small": dict(n_layer=12, n_head=12, d_model=768), # GPT-2 small's shape, the papers' size
     "gpt2-medium": dict(n_layer=24, n_head=16, d_model=1024),  # GPT-2 medium's shape: DAPE's 350M (its time table)
 }
-PRESET_ALIASES = {"gpt2-125m": "gpt2-small"}   # earlier name: 125M counts GPT-2's 50,257-token embedding
+PRESET_ALIASES = {"gpt2-125m": "gpt2-small"}
 PRESETS.update({old: PRESETS[new] for old, new in PRESET_ALIASES.items()})
 
 # %% ../nbs/50_model.ipynb #4db60baf
+#| code-fold: true
 LAYER_SEP = "/"   # joins the specs of a layer pattern: "rope/rope/rope/nope"
 
 
@@ -65,6 +66,28 @@ def _check_int(name: str, v, lo: int = 1) -> None:
         raise ValueError(f"GPTConfig.{name} must be an integer >= {lo}, got {v!r}")
 
 
+def _check_config(cfg: GPTConfig) -> None:
+    "Check every field of a `GPTConfig` with a one-line message naming it; store `pe` canonical and `sep_ids` as a tuple."
+    for name in ("vocab_size", "n_layer", "n_head", "d_model", "max_len", "mlp_ratio"): _check_int(name, getattr(cfg, name))
+    if cfg.d_model % cfg.n_head:
+        raise ValueError(f"GPTConfig.n_head must divide d_model: d_model={cfg.d_model} is not divisible by n_head={cfg.n_head}")
+    if not isinstance(cfg.dropout, (int, float)) or isinstance(cfg.dropout, bool) or not 0 <= cfg.dropout < 1:
+        raise ValueError(f"GPTConfig.dropout must be a number in [0, 1), got {cfg.dropout!r}")
+    if cfg.attn_path not in PATHS + ("auto",):
+        raise ValueError(f"GPTConfig.attn_path must be one of {PATHS + ('auto',)}, got {cfg.attn_path!r}")
+    cfg.pe = pattern_spec(cfg.pe)   # checked once, stored canonical: ' ROPE ' trains, saves and loads as 'rope'
+    if len(pattern_specs(cfg.pe)) > cfg.n_layer:
+        raise ValueError(f"GPTConfig.pe cycles {len(pattern_specs(cfg.pe))} layer specs but the model has "
+                         f"n_layer={cfg.n_layer}; give at most n_layer specs")
+    cfg.sep_ids = tuple(cfg.sep_ids)
+
+
+def layer_specs(cfg: GPTConfig) -> list[str]:
+    "The spec of each of `cfg`'s layers: its pattern cycled over `n_layer` layers."
+    cyc = pattern_specs(cfg.pe)
+    return [cyc[i % len(cyc)] for i in range(cfg.n_layer)]
+
+# %% ../nbs/50_model.ipynb #7edfb20d
 @dataclass
 class GPTConfig:
     "Model shape and positional encoding; `pe` is a spec string for `build_pe`, or a list of them cycled over layers."
@@ -81,26 +104,14 @@ class GPTConfig:
     sep_ids: tuple = (10, 46)    # BiPE separators ("\n", "." as bytes)
     tie_weights: bool = True
 
-    def __post_init__(self):
-        for name in ("vocab_size", "n_layer", "n_head", "d_model", "max_len", "mlp_ratio"): _check_int(name, getattr(self, name))
-        if self.d_model % self.n_head:
-            raise ValueError(f"GPTConfig.n_head must divide d_model: d_model={self.d_model} is not divisible by n_head={self.n_head}")
-        if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) or not 0 <= self.dropout < 1:
-            raise ValueError(f"GPTConfig.dropout must be a number in [0, 1), got {self.dropout!r}")
-        if self.attn_path not in PATHS + ("auto",):
-            raise ValueError(f"GPTConfig.attn_path must be one of {PATHS + ('auto',)}, got {self.attn_path!r}")
-        self.pe = pattern_spec(self.pe)   # checked once, stored canonical: ' ROPE ' trains, saves and loads as 'rope'
-        if len(pattern_specs(self.pe)) > self.n_layer:
-            raise ValueError(f"GPTConfig.pe cycles {len(pattern_specs(self.pe))} layer specs but the model has "
-                             f"n_layer={self.n_layer}; give at most n_layer specs")
-        self.sep_ids = tuple(self.sep_ids)
+    def __post_init__(self): _check_config(self)
 
     @property
     def head_dim(self) -> int: return self.d_model // self.n_head
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "GPTConfig":
-        "A named size (`tiny`, `small`, `gpt2-small`, `gpt2-medium`; alias `gpt2-125m`) with any field overridden."
+        "A named size (`tiny`, `small`, `gpt2-small`, `gpt2-medium`) with any field overridden."
         if name not in PRESETS: raise ValueError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
 
@@ -110,12 +121,6 @@ class GPTConfig:
     def from_dict(cls, d: dict) -> "GPTConfig":
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
-
-
-def layer_specs(cfg: GPTConfig) -> list[str]:
-    "The spec of each of `cfg`'s layers: its pattern cycled over `n_layer` layers."
-    cyc = pattern_specs(cfg.pe)
-    return [cyc[i % len(cyc)] for i in range(cfg.n_layer)]
 
 # %% ../nbs/50_model.ipynb #8e031333
 class SelfAttention(nn.Module):
@@ -149,6 +154,7 @@ class Block(nn.Module):
         return x + self.drop(self.mlp(self.ln2(x)))
 
 # %% ../nbs/50_model.ipynb #5c3bc30f
+#| code-fold: true
 def _check_ids(idx: Tensor, vocab_size: int, training: bool = False) -> None:
     "One-line ValueError for token ids outside 0..vocab_size-1 (one aminmax over the input)."
     if idx.dim() != 2: raise ValueError(f"idx must be [B, T] token ids, got shape {tuple(idx.shape)}")
@@ -167,6 +173,73 @@ def _compute_dtype(device: torch.device, weight: Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else weight.dtype
 
 
+class _GPTPlumbing(nn.Module):
+    "The GPT methods that are plumbing: initialization, the shared bias, the parameter count, per-token losses."
+    def _init(self, m: nn.Module):
+        if m is self.pe or isinstance(m, PE): return   # a PE initializes its own parameters
+        if isinstance(m, (nn.Linear, nn.Embedding)) and not any(m is x for x in self.pe.modules()):
+            nn.init.normal_(m.weight, std=0.02)
+
+    def layer_pe(self, layer: int) -> PE:
+        "The PE that block `layer` runs: the model's PE, or its layer pattern's entry for that layer."
+        return self.pe.at(layer) if isinstance(self.pe, LayerPattern) else self.pe
+
+    def _shared(self, pe: PE, pos: Positions, path: str, idx: Tensor) -> tuple:
+        "(bias, mask) computed once per forward for every layer running `pe` on `path` (None, None when each layer asks)."
+        if path not in ("naive", "sdpa") or not pe.uses_bias or pe.bias_per_layer: return None, None
+        if path == "sdpa":   # sdpa reads it as one float mask with the causal −inf folded in (Toeplitz: one pass)
+            return None, additive_mask(pe, pos, causal=self.cfg.causal, dtype=_compute_dtype(idx.device, self.tok.weight),
+                                       reversed_keys=True)   # a Toeplitz mask then stays a view of 2T−1 numbers
+        return relative_bias_matrix(pe, pos, 0), None       # Toeplitz from 2T−1 offsets when it is one
+
+    def n_params(self, non_embedding: bool = True) -> int:
+        "Parameter count (without the token embedding, as papers report model size)."
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.tok.weight.numel() if non_embedding else n
+
+    def token_losses(self, idx: Tensor, targets: Tensor, **kw) -> Tensor:
+        "Per-token negative log-likelihood [B, T] (nats), for position-wise evaluation."
+        logits = self(idx, **kw)
+        return F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
+
+# %% ../nbs/50_model.ipynb #daf4320e
+class GPT(_GPTPlumbing):
+    "A GPT decoder (or encoder when `cfg.causal` is False) with a pluggable positional encoding."
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.pe = build_model_pe(cfg)
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.apply(self._init)
+        for b in self.blocks:  # GPT-2: residual projections scaled by 1/sqrt(2L)
+            for w in (b.attn.proj.weight, b.mlp[2].weight): nn.init.normal_(w, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        if cfg.tie_weights: self.head.weight = self.tok.weight
+
+    def forward(self, idx: Tensor, targets: Optional[Tensor] = None, *, pos: Optional[Positions] = None,
+                path: Optional[str] = None):
+        "Logits [B, T, V]; with `targets`, also the mean cross-entropy (targets −100 are ignored)."
+        _check_ids(idx, self.cfg.vocab_size, self.training)
+        B, T = idx.shape
+        if pos is None: pos = self.pe.make_positions(idx)   # once per batch, for every layer
+        path = path or self.cfg.attn_path
+        x = self.drop(self.pe.embed(self.tok(idx), pos))
+        shared = {}   # a bias shared by the layers running one PE is computed once per forward on the materialized paths
+        for i, blk in enumerate(self.blocks):
+            pe = self.layer_pe(i)
+            p = pick_path(pe, T, idx.device) if path == "auto" else path
+            if (id(pe), p) not in shared: shared[id(pe), p] = self._shared(pe, pos, p, idx)
+            x = blk(x, pe, pos, p, *shared[id(pe), p])
+        logits = self.head(self.ln_f(x))
+        if targets is None: return logits
+        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
+        return logits, loss
+
+# %% ../nbs/50_model.ipynb #7a322f5d
+#| code-fold: true
 def positions_kind(pe: PE):
     "The function that builds `pe`'s positions (through wrappers that pass it on): two PEs of one kind read the same `Positions`."
     while isinstance(pe, WrappedPE) and type(pe).make_positions is WrappedPE.make_positions: pe = pe.inner
@@ -242,75 +315,6 @@ def build_model_pe(cfg: GPTConfig) -> PE:
     pes = [build_pe(s, **kw) for s in distinct]
     return LayerPattern(pes[0].ctx, pes, [distinct.index(s) for s in specs], cfg.pe)
 
-
-class GPT(nn.Module):
-    "A GPT decoder (or encoder when `cfg.causal` is False) with a pluggable positional encoding."
-    def __init__(self, cfg: GPTConfig):
-        super().__init__()
-        self.cfg = cfg
-        self.pe = build_model_pe(cfg)
-        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        self.drop = nn.Dropout(cfg.dropout)
-        self.apply(self._init)
-        for b in self.blocks:  # GPT-2: residual projections scaled by 1/sqrt(2L)
-            for w in (b.attn.proj.weight, b.mlp[2].weight): nn.init.normal_(w, std=0.02 / math.sqrt(2 * cfg.n_layer))
-        if cfg.tie_weights: self.head.weight = self.tok.weight
-
-    def _init(self, m: nn.Module):
-        if m is self.pe or isinstance(m, PE): return   # a PE initializes its own parameters
-        if isinstance(m, (nn.Linear, nn.Embedding)) and not any(m is x for x in self.pe.modules()):
-            nn.init.normal_(m.weight, std=0.02)
-
-    def layer_pe(self, layer: int) -> PE:
-        "The PE that block `layer` runs: the model's PE, or its layer pattern's entry for that layer."
-        return self.pe.at(layer) if isinstance(self.pe, LayerPattern) else self.pe
-
-    def _shared(self, pe: PE, pos: Positions, path: str, idx: Tensor) -> tuple:
-        "(bias, mask) computed once per forward for every layer running `pe` on `path` (None, None when each layer asks)."
-        if path not in ("naive", "sdpa") or not pe.uses_bias or pe.bias_per_layer: return None, None
-        if path == "sdpa":   # sdpa reads it as one float mask with the causal −inf folded in (Toeplitz: one pass)
-            return None, additive_mask(pe, pos, causal=self.cfg.causal, dtype=_compute_dtype(idx.device, self.tok.weight),
-                                       reversed_keys=True)   # a Toeplitz mask then stays a view of 2T−1 numbers
-        return relative_bias_matrix(pe, pos, 0), None       # Toeplitz from 2T−1 offsets when it is one
-
-    def n_params(self, non_embedding: bool = True) -> int:
-        "Parameter count (without the token embedding, as papers report model size)."
-        n = sum(p.numel() for p in self.parameters())
-        return n - self.tok.weight.numel() if non_embedding else n
-
-    def forward(self, idx: Tensor, targets: Optional[Tensor] = None, *, pos: Optional[Positions] = None,
-                path: Optional[str] = None):
-        "Logits [B, T, V]; with `targets`, also the mean cross-entropy (targets −100 are ignored)."
-        _check_ids(idx, self.cfg.vocab_size, self.training)
-        B, T = idx.shape
-        if pos is None: pos = self.pe.make_positions(idx)   # once per batch, for every layer
-        path = path or self.cfg.attn_path
-        x = self.drop(self.pe.embed(self.tok(idx), pos))
-        shared = {}   # a bias shared by the layers running one PE is computed once per forward on the materialized paths
-        for i, blk in enumerate(self.blocks):
-            pe = self.layer_pe(i)
-            p = pick_path(pe, T, idx.device) if path == "auto" else path
-            if (id(pe), p) not in shared: shared[id(pe), p] = self._shared(pe, pos, p, idx)
-            x = blk(x, pe, pos, p, *shared[id(pe), p])
-        logits = self.head(self.ln_f(x))
-        if targets is None: return logits
-        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
-        return logits, loss
-
-    def token_losses(self, idx: Tensor, targets: Tensor, **kw) -> Tensor:
-        "Per-token negative log-likelihood [B, T] (nats), for position-wise evaluation."
-        logits = self(idx, **kw)
-        return F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
-
-# %% ../nbs/50_model.ipynb #ce8e030d
-def flops_per_token(cfg: GPTConfig, length: int) -> float:
-    "Training FLOPs per token, 6N + 12·L·T·d (PaLM app. B, nanoGPT's estimate_mfu); N = 12·L·d² + V·d weights that multiply."
-    n = 12 * cfg.n_layer * cfg.d_model ** 2 + cfg.vocab_size * cfg.d_model
-    return 6 * n + 12 * cfg.n_layer * length * cfg.d_model
-
 # %% ../nbs/50_model.ipynb #5cbf40af
 def pe_shape(cfg: GPTConfig) -> dict:
     "The keyword arguments `check_spec` and `build_pe` need to build `cfg`'s PE at its real shape."
@@ -322,3 +326,9 @@ def check_model_spec(cfg: GPTConfig) -> None:
     "One `ValueError` naming the spec when `cfg.pe` (each spec of a layer pattern, and the pattern) cannot be built and run at `cfg`'s shape."
     for spec in dict.fromkeys(pattern_specs(cfg.pe)): check_spec(spec, **pe_shape(cfg))
     with torch.random.fork_rng(devices=[]): build_model_pe(cfg)
+
+# %% ../nbs/50_model.ipynb #ce8e030d
+def flops_per_token(cfg: GPTConfig, length: int) -> float:
+    "Training FLOPs per token, 6N + 12·L·T·d (PaLM app. B, nanoGPT's estimate_mfu); N = 12·L·d² + V·d weights that multiply."
+    n = 12 * cfg.n_layer * cfg.d_model ** 2 + cfg.vocab_size * cfg.d_model
+    return 6 * n + 12 * cfg.n_layer * length * cfg.d_model

@@ -71,6 +71,22 @@ def test_shared_bias_is_computed_once_per_forward():
         assert len(calls) == expected, spec
 
 
+
+@pytest.mark.parametrize("pe,T", [("alibi", 40), ("fire", 40), ("fire", 80), ("kerple_log:per_layer=true", 40),
+                                  (["alibi", "kerple_log"], 40), ("t5", 40)])
+def test_bias_paths_agree_with_the_shared_bias_and_without_it(pe, T):
+    "naive (shared T×T bias), sdpa (shared key-reversed or dense mask), chunked and auto: the same logits, shared or not."
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(n_layer=3, n_head=4, d_model=32, pe=pe, max_len=32)).eval()   # fire at T=80: past its threshold L
+    ids = torch.randint(0, 256, (2, T), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = m(ids, path="naive")
+        outs = [m(ids, path=p) for p in ("sdpa", "chunked", "auto")]
+        m._shared = lambda *a: (None, None)   # every layer asks its PE
+        outs += [m(ids, path="naive"), m(ids, path="sdpa")]
+    assert ref.std() > 0.1
+    for o in outs: torch.testing.assert_close(o, ref, atol=2e-5, rtol=0)
+
 # --- a position design per layer (GPTConfig(pe=[...])) ---------------------------------------------------------------
 from lengthx.attention import build_pe
 from lengthx.model import LayerPattern, check_model_spec, layer_specs, pattern_spec, pattern_specs
