@@ -7,10 +7,11 @@ __all__ = ['PEER_PES', 'MODES', 'INSTALL_HINT', 'DAPE_FAST_SPECS', 'PAPER_TIMED'
            'long_eval_rows', 'growth_exponent', 'swiglu_hidden', 'lengthx_model', 'xtransformers_model', 'hf_models',
            'param_counts', 'logits_of', 'peer_models', 'half_precision', 'train_step', 'forward_step',
            'interleaved_times', 'spread', 'matmul_peak_gflops', 'bench_peers', 'peers_table', 'params_table',
-           'roofline_figure', 'dape_fast_timings', 'dape_fast_limits', 'dape_peak_mib', 'dape_peak_cuda_mib',
-           'dape_fast_measure', 'compile_speedups', 'side_by_side', 'round_ratios', 'window_calls']
+           'roofline_figure', 'compile_speedups', 'dape_fast_timings', 'dape_fast_limits', 'dape_peak_mib',
+           'dape_peak_cuda_mib', 'dape_fast_measure', 'side_by_side', 'round_ratios', 'window_calls']
 
 # %% ../nbs/71_cost.ipynb #99ac4ef3
+#| code-fold: true
 import ctypes
 import gc
 import json
@@ -69,10 +70,11 @@ def bench_attention(spec: str = "nope", lengths: Sequence[int] = (512, 2048, 819
         rows.append({"path": p, "T": T, **json.loads(r.stdout.strip().splitlines()[-1])})
     return rows
 
-
+# %% ../nbs/71_cost.ipynb #8b290841
+#| code-fold: true
 def bench_model(pes: Sequence[str], preset: str = "small", length: int = 512, batch_size: int = 1, reps: int = 5,
                 mode: str = "forward", device: str = "cpu") -> list[dict]:
-    "Median (and spread) step time and tokens/s of a `preset` model per PE, PEs interleaved, after a warm-up round."
+    "Median (and spread) step time and tokens/s of a `preset` model per PE, PEs interleaved, after a warm-up round; `rounds_s` keeps every round (paired across PEs)."
     torch.manual_seed(0)
     models = {s: GPT(GPTConfig.preset(preset, pe=s, max_len=length)).to(device) for s in pes}
     idx = torch.randint(0, 256, (batch_size, length), device=device)
@@ -91,10 +93,11 @@ def bench_model(pes: Sequence[str], preset: str = "small", length: int = 512, ba
     for s in pes:
         med = statistics.median(times[s])
         out.append({"pe": s, "seconds": med, "min_seconds": min(times[s]), "max_seconds": max(times[s]),
-                    "tokens_per_s": batch_size * length / med})
+                    "tokens_per_s": batch_size * length / med, "rounds_s": times[s]})   # round r of every PE ran side by side: paired
     return out
 
-# %% ../nbs/71_cost.ipynb #8b290841
+# %% ../nbs/71_cost.ipynb #909d3673
+#| code-fold: true
 _LONG = r"""
 import json, resource, sys, time, torch
 from lengthx.evaluate import perplexity
@@ -135,6 +138,7 @@ def growth_exponent(rows: Sequence[dict], top: int = 3) -> Optional[float]:
     return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
 
 # %% ../nbs/71_cost.ipynb #823b8e4a
+#| code-fold: true
 import importlib
 import statistics
 import sys
@@ -157,6 +161,7 @@ def swiglu_hidden(d_model: int, mlp_ratio: int) -> int:
     return round(2 * mlp_ratio * d_model / 3)
 
 # %% ../nbs/71_cost.ipynb #caf13f9a
+#| code-fold: true
 def lengthx_model(pe: str, shape: str, length: int):
     "The lengthx contender: `GPT(GPTConfig.preset(shape, pe=pe))` with room for `length` tokens."
     return GPT(GPTConfig.preset(shape, pe=pe, max_len=length))
@@ -201,6 +206,7 @@ def hf_models(pe: str, shape: str, length: int) -> dict:
     raise ValueError(f"no peer for pe {pe!r}; choose from {', '.join(PEER_PES)}")
 
 # %% ../nbs/71_cost.ipynb #fd941bb9
+#| code-fold: true
 def _embedding(model):
     "The token-embedding module of any contender."
     if hasattr(model, "get_input_embeddings"): return model.get_input_embeddings()
@@ -234,6 +240,7 @@ def peer_models(pe: str, shape: str = "small", length: int = 2048) -> list[dict]
     return rows
 
 # %% ../nbs/71_cost.ipynb #47d5fb0c
+#| code-fold: true
 def half_precision(amp: bool):
     "bf16 autocast on the GPU when `amp` (forward passes only: backward runs in the dtypes the forward chose), else nothing."
     import contextlib
@@ -276,7 +283,7 @@ def spread(ts: Sequence[float]) -> dict:
 
 
 def matmul_peak_gflops(n: int = 2048, reps: int = 5, threads: Optional[int] = None, device: str = "cpu") -> float:
-    "Measured fp32 matmul throughput (GFLOP/s, median of `reps` n×n products): the roof the contenders are held against."
+    "Measured fp32 matmul throughput (GFLOP/s, median of `reps` n×n products): the reference rate the contenders are held against."
     import torch
     if threads is not None:
         old = torch.get_num_threads(); torch.set_num_threads(threads)
@@ -288,6 +295,7 @@ def matmul_peak_gflops(n: int = 2048, reps: int = 5, threads: Optional[int] = No
     return 2 * n ** 3 / statistics.median(ts) / 1e9
 
 # %% ../nbs/71_cost.ipynb #2a6b9c2f
+#| code-fold: true
 def _kernel(cand: dict, T: int, device: str) -> str:
     "A contender's attention kernel; for lengthx, the path its `auto` picks at length T."
     if cand["library"] != "lengthx": return cand["kernel"]
@@ -346,6 +354,7 @@ def bench_peers(pes: Sequence[str] = PEER_PES, shape: str = "small", modes: Sequ
         torch.set_num_threads(old)
 
 # %% ../nbs/71_cost.ipynb #696c69d2
+#| code-fold: true
 def peers_table(res: dict) -> str:
     "The benchmark as a markdown table: tokens/s (median), min–max, ratio to lengthx, achieved GFLOP/s, kernel."
     out = ["| PE | mode | contender | tokens/s | min–max | × lengthx | GFLOP/s | attention kernel |", "|---" * 8 + "|"]
@@ -366,7 +375,7 @@ def params_table(res: dict) -> str:
 
 
 def roofline_figure(res: dict, peak_gflops: Optional[float] = None, path=None):
-    "Achieved GFLOP/s per contender (bars, one panel per mode) against the measured fp32 matmul peak (a line)."
+    "Achieved GFLOP/s per contender (bars, one panel per mode) against the measured fp32 matmul rate (a line)."
     import matplotlib.pyplot as plt
     modes = list(dict.fromkeys(r["mode"] for r in res["rows"]))
     fig, axes = plt.subplots(1, len(modes), figsize=(12, 4.2), squeeze=False)
@@ -386,7 +395,44 @@ def roofline_figure(res: dict, peak_gflops: Optional[float] = None, path=None):
     if path: fig.savefig(path, dpi=100, bbox_inches="tight")
     return fig
 
-# %% ../nbs/71_cost.ipynb #1a99ddb7
+# %% ../nbs/71_cost.ipynb #e225628a
+#| code-fold: true
+def compile_speedups(pes: Sequence[str] = ("nope", "rope", "alibi", "kerple_log"), shape: str = "tiny", length: int = 128,
+                     batch_size: int = 8, reps: int = 5, threads: int = 2, progress: bool = False) -> list[dict]:
+    "Training step of lengthx eager vs `torch.compile` on the CPU per PE: compile time, medians (interleaved), what fails."
+    import torch
+    from tqdm import tqdm
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(0)
+        idx = torch.randint(0, 256, (batch_size, length))
+        rows, calls = [], {}
+        for pe in tqdm(pes, desc="compile", disable=not progress, file=sys.stderr):
+            model = lengthx_model(pe, shape, length)
+            row = {"pe": pe, "shape": shape, "T": length, "B": batch_size}
+            fn = torch.compile(model)
+            t = time.perf_counter()
+            try:
+                train_step(fn, idx); train_step(fn, idx)           # the first calls compile forward and backward
+                row["compile_s"] = time.perf_counter() - t
+                calls[(pe, "compiled")] = lambda fn=fn: train_step(fn, idx)
+            except Exception as e:   # recorded, not raised: what fails is part of the answer
+                row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            calls[(pe, "eager")] = lambda m=model: train_step(m, idx)
+            rows.append(row)
+        times = interleaved_times(calls, reps)
+        for row in rows:
+            row["eager_s"] = statistics.median(times[(row["pe"], "eager")])
+            if "error" in row: continue
+            row["compiled_s"] = statistics.median(times[(row["pe"], "compiled")])
+            row["speedup"] = row["eager_s"] / row["compiled_s"]
+        return rows
+    finally:
+        torch.set_num_threads(old)
+
+# %% ../nbs/71_cost.ipynb #89bf2af3
+#| code-fold: true
 import os
 
 from .pe import fused
@@ -535,42 +581,8 @@ def dape_fast_measure(reps: int = 3, threads: int = 2, peak_len: int = 8192, sha
     finally:
         torch.set_num_threads(old)
 
-# %% ../nbs/71_cost.ipynb #a858bae1
-def compile_speedups(pes: Sequence[str] = ("nope", "rope", "alibi", "kerple_log"), shape: str = "tiny", length: int = 128,
-                     batch_size: int = 8, reps: int = 5, threads: int = 2, progress: bool = False) -> list[dict]:
-    "Training step of lengthx eager vs `torch.compile` on the CPU per PE: compile time, medians (interleaved), what fails."
-    import torch
-    from tqdm import tqdm
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        torch.manual_seed(0)
-        idx = torch.randint(0, 256, (batch_size, length))
-        rows, calls = [], {}
-        for pe in tqdm(pes, desc="compile", disable=not progress, file=sys.stderr):
-            model = lengthx_model(pe, shape, length)
-            row = {"pe": pe, "shape": shape, "T": length, "B": batch_size}
-            fn = torch.compile(model)
-            t = time.perf_counter()
-            try:
-                train_step(fn, idx); train_step(fn, idx)           # the first calls compile forward and backward
-                row["compile_s"] = time.perf_counter() - t
-                calls[(pe, "compiled")] = lambda fn=fn: train_step(fn, idx)
-            except Exception as e:   # recorded, not raised: what fails is part of the answer
-                row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
-            calls[(pe, "eager")] = lambda m=model: train_step(m, idx)
-            rows.append(row)
-        times = interleaved_times(calls, reps)
-        for row in rows:
-            row["eager_s"] = statistics.median(times[(row["pe"], "eager")])
-            if "error" in row: continue
-            row["compiled_s"] = statistics.median(times[(row["pe"], "compiled")])
-            row["speedup"] = row["eager_s"] / row["compiled_s"]
-        return rows
-    finally:
-        torch.set_num_threads(old)
-
-# %% ../nbs/71_cost.ipynb #4d6fb0d7
+# %% ../nbs/71_cost.ipynb #1a99ddb7
+#| code-fold: true
 def _status_kib(key: str) -> int:
     "A field of /proc/self/status in KiB (VmRSS, VmHWM)."
     with open("/proc/self/status") as f: return next(int(l.split()[1]) for l in f if l.startswith(key + ":"))

@@ -38,3 +38,14 @@ def test_bf16_timing_is_refused_off_the_gpu():
     with pytest.raises(ValueError, match="GPU"):
         dape_fast_measure(device="cpu", dtype="bf16", threads=threads + 1)
     assert torch.get_num_threads() == threads          # refused before it touched the process's thread count
+
+
+def test_bench_model_keeps_every_round_paired_across_pes():
+    "Each PE's rounds are kept (one per rep, the median is theirs), so a per-round ratio between PEs can be paired."
+    import statistics
+    from lengthx.bench import bench_model
+    rows = bench_model(["nope", "alibi"], "tiny", 16, reps=3)
+    for r in rows:
+        assert len(r["rounds_s"]) == 3 and all(t > 0 for t in r["rounds_s"])
+        assert r["seconds"] == statistics.median(r["rounds_s"])
+        assert (r["min_seconds"], r["max_seconds"]) == (min(r["rounds_s"]), max(r["rounds_s"]))
