@@ -285,7 +285,9 @@ def provenance_line(rec: dict) -> str:
     part = res.get("partial") if isinstance(res, dict) else None   # a resumable unit's finished methods so far
     done = (f", its finished methods so far ({len(part['finished'])} of {len(part['finished']) + len(part['left'])})"
             if isinstance(part, dict) else "")
-    return (f"{rec['unit']} ({rec['preset']}): made by `lengthx reproduce --budget {rec['preset']} --only {rec['unit']}`{done}, "
+    seed = p.get("seed") or 0   # the base seed the command was given (`--seed`), as recorded
+    flag = f" --seed {seed}" if seed else ""
+    return (f"{rec['unit']} ({rec['preset']}): made by `lengthx reproduce --budget {rec['preset']} --only {rec['unit']}{flag}`{done}, "
             f"{took}{where}{_kernel_text(p.get('execution'))}, {day}, from {_state_text(p)}")
 
 
