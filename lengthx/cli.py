@@ -29,9 +29,10 @@ BUDGET_NAMES = ("smoke", "cpu", "colab", "paper")                # lengthx.resul
 # %% auto #0
 __all__ = ['MODEL_PRESETS', 'PROTOCOLS', 'PROTOCOL_DEFAULTS', 'ATTN_PATHS', 'SPLITS', 'CORPORA', 'SWEEP_BUDGETS', 'UNITS',
            'BUDGET_NAMES', 'MAX_LENGTHS', 'MAX_LENGTH', 'tasks_command', 'UsageError', 'build_parser', 'pe_help_text',
-           'main', 'options_markdown']
+           'shell_words', 'main', 'options_markdown']
 
 # %% ../nbs/54_cli.ipynb #4211abad
+#| code-fold: true
 def _positive(s: str) -> int:
     "An integer ≥ 1 (argparse type)."
     try: v = int(s)
@@ -148,6 +149,7 @@ def _device(s: str) -> str:
     return s
 
 # %% ../nbs/54_cli.ipynb #743adb0f
+#| code-fold: true
 def _say(msg: str) -> None: print(msg, file=sys.stderr, flush=True)
 
 
@@ -247,7 +249,7 @@ def _cmd_sweep(a):
     pes = sweep_specs(a.pes)
     for s in pes: check_model_spec(GPTConfig.preset(b.preset, pe=s, max_len=b.train_len))
     setting = p.label(b.train_len, b.train_len).rsplit(", L=", 1)[0]
-    print(f"lengthx sweep: {len(pes)} PEs, {b.preset} model trained at {b.train_len} for {b.steps} steps, "
+    print(f"lengthx sweep: {len(pes)} PE{'s' if len(pes) != 1 else ''}, {b.preset} model trained at {b.train_len} for {b.steps} steps, "
           f"evaluated at 1x..{p.max_factor}x ({setting}) -> {out}", flush=True)
     res = run_sweep(pes, a.budget if not over else b, out, protocol=p, seed=a.seed, device=a.device,
                     progress=not a.quiet, command=a.command, figure=True, ymax=a.ymax, corpus=a.corpus, i_know=a.i_know)
@@ -406,6 +408,7 @@ def _cmd_reproduce(a):
     for u, p in paths.items(): print(f"{u}: {p}")
 
 # %% ../nbs/54_cli.ipynb #deedbb88
+#| code-fold: true
 class UsageError(ValueError):
     "Bad command-line arguments, already worded as the one line the user sees."
 
@@ -493,8 +496,8 @@ def build_parser() -> argparse.ArgumentParser:
     _alias(e, "--run-dir", "--run", "run", type=_dir); e.set_defaults(fn=_cmd_eval)
 
     s = sub.add_parser("sweep", help="train one model per PE and evaluate each at 1x..16x the training length", **kw)
-    s.add_argument("--pes", type=lambda v: _spec_list(v, ("quick", "default", "all")), default="quick", help="'quick' (one encoding per idea, a minute or two of CPU time), 'default' (one spec per registry family), 'all' (every example), or a comma list of specs")
-    s.add_argument("--budget", default="quick", choices=SWEEP_BUDGETS, help="training budget: quick (CPU, minutes), colab (one GPU, < 1 h), paper (the papers' scale)")
+    s.add_argument("--pes", type=lambda v: _spec_list(v, ("quick", "default", "all")), default="quick", help="'quick' (one encoding per idea, sized for a CPU), 'default' (one spec per registry family), 'all' (every example), or a comma list of specs")
+    s.add_argument("--budget", default="quick", choices=SWEEP_BUDGETS, help="training budget: quick (sized for a CPU), colab (sized for one GPU), paper (the papers' scale)")
     s.add_argument("--preset", default=None, choices=MODEL_PRESETS, help="model size (default: the budget's)")
     s.add_argument("--train-len", type=_positive, default=None, help="training length (default: the budget's)")
     s.add_argument("--steps", type=_positive, default=None, help="training steps per PE (default: the budget's)")
@@ -557,6 +560,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 # %% ../nbs/54_cli.ipynb #582e9a37
+#| code-fold: true
 def pe_help_text(name: str) -> str:
     "The options of one PE family (`all`: every family) as plain text, as `lengthx --help-pe NAME` prints them."
     from lengthx import attention
@@ -567,6 +571,21 @@ def pe_help_text(name: str) -> str:
 def _one_line(e: BaseException) -> str:
     "An exception's message on one line (the type's name when it has none)."
     return " ".join(str(e).split()) or type(e).__name__
+
+
+# The library's refusals name Python arguments; from a shell the same advice names the options.
+_SHELL_WORDS = (("larger stride, fewer windows (n_windows, max_tokens)", "larger --stride, fewer --n-windows"),
+                ("or pass i_know=True to run it anyway (lengthx eval: --stride, --n-windows, --lengths, --i-know)",
+                 "or pass --i-know to run it anyway"),
+                ("lower the length or batch_size, or set TrainConfig.i_know=True (lengthx: --i-know)",
+                 "lower --train-len or --batch-size, or pass --i-know"),
+                ("or pass i_know=True to run it anyway", "or pass --i-know to run it anyway"))
+
+
+def shell_words(msg: str) -> str:
+    "A library refusal worded for the command line: its options (`--i-know`), not Python's arguments (`i_know=True`)."
+    for py, sh in _SHELL_WORDS: msg = msg.replace(py, sh)
+    return msg
 
 
 def _kept() -> str:
@@ -610,7 +629,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if isinstance(e, ValueError): code, what = 2, "error"
         elif isinstance(e, (RuntimeError, OSError, MemoryError, ArithmeticError)): code, what = 1, "error"
         else: code, what = 1, f"internal error ({type(e).__name__}; rerun with --debug for the traceback)"
-        print(f"{prog}: {what}: {_one_line(e)}", file=sys.stderr)
+        print(f"{prog}: {what}: {shell_words(_one_line(e))}", file=sys.stderr)
         return code
 
 
@@ -630,7 +649,8 @@ def options_markdown(parser: Optional[argparse.ArgumentParser] = None) -> str:
             rows.append(f"| {name} | `{opt}` | {'`' + d + '`' if d else '—'} | {act.help.replace('|', '/')} |")
     return "\n".join(rows)
 
-# %% ../nbs/54_cli.ipynb #0b88f673
+# %% ../nbs/54_cli.ipynb #21bfe985
+#| code-fold: true
 _MOVED = {**{n: "lengthx.evaluate" for n in ("PROTOCOL", "Protocol", "eval_lengths", "check_protocol", "check_lengths")},
           **{n: "lengthx.sweep" for n in ("Budget", "BUDGETS", "SWEEP_INTERVAL", "sweep_one", "sweep_settings",
                                           "run_sweep", "format_row", "sweep_table", "plot_sweep")},

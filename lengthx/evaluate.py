@@ -36,6 +36,7 @@ __all__ = ['PROTOCOLS', 'MEM_FRACTION', 'CPU_EVAL_MEM', 'THROUGHPUT', 'MAX_EVAL_
            'label_log_axis', 'label_length_axis', 'plot_ppl', 'Protocol', 'check_protocol', 'check_lengths']
 
 # %% ../nbs/53_evaluate.ipynb #12c3b9d5
+#| code-fold: true
 PROTOCOLS = ("last_k", "nonoverlap", "sliding")
 
 
@@ -68,7 +69,7 @@ def _spread_starts(span: int, n: int) -> list[int]:
     "n window starts spread evenly over 0..span, the first at 0 and the last at span."
     return [round(i * span / (n - 1)) for i in range(n)] if n > 1 else [0]
 
-
+# %% ../nbs/53_evaluate.ipynb #7c6675a3
 def last_k_windows(n_tokens: int, length: int, k: int = 256, n_windows: int = 16,
                    anchor: Optional[int] = None) -> list[tuple[int, int]]:
     "DAPE: `n_windows` windows of `length` scoring their last `k` targets; anchored: the same targets at every length ≤ `anchor`."
@@ -98,7 +99,8 @@ def sliding_windows(n_tokens: int, length: int, stride: Optional[int] = None,
     while wins[-1][0] + stride + length <= budget: wins.append((wins[-1][0] + stride, length - stride))
     return wins
 
-
+# %% ../nbs/53_evaluate.ipynb #b61a6e13
+#| code-fold: true
 def protocol_windows(protocol: str, n_tokens: int, length: int, *, k: int = 256, stride: Optional[int] = None,
                      n_windows: int = 16, max_tokens: Optional[int] = None,
                      anchor: Optional[int] = None) -> list[tuple[int, int]]:
@@ -135,6 +137,7 @@ def window_losses(model: Callable, tokens: Tensor, windows: Sequence[tuple[int, 
     return torch.cat(out)
 
 # %% ../nbs/53_evaluate.ipynb #65ae0273
+#| code-fold: true
 MEM_FRACTION = 0.5   # default budget: this fraction of the memory free when an evaluation starts
 CPU_EVAL_MEM = 2 ** 30   # CPU, no budget given: batch windows only while the estimate stays under this (more buys no speed)
 _F32 = 4
@@ -216,8 +219,8 @@ def _estimate_inputs(model_or_cfg, length: int, batch: int, path: str, device, t
 
 
 # What a PE's `logits` (and `value`) hooks hold at their peak beyond QKᵀ and the weights: (score maps [B, H, Tq, Tk],
-# bias-sized maps [H, Tq, Tk]), read from the chapters' implementations and checked against measured peaks in
-# tests/test_memory_plan.py; a family not listed: two score maps
+# bias-sized maps [H, Tq, Tk]), read from the chapters' implementations and checked against measured peaks of
+# each family; a family not listed: two score maps
 _LOGITS_MAPS = {"cope": (8.0, 0.0), "rerope": (3.5, 0.0), "self_extend": (3.5, 0.0), "shaw": (1.0, 0.0), "path": (0.25, 0.0),
                 "kerple_biaswt": (0.0, 1.25)}
 
@@ -228,11 +231,11 @@ def _families(pe) -> list[str]:
 
 
 # families whose bias is built from each row's positions ([B, T, T], not one map shared by the batch), and the
-# bias-sized maps alive while it is built and added (a boolean test, its float copy, the sum): measured, tests/test_memory_plan.py
+# bias-sized maps alive while it is built and added (a boolean test, its float copy, the sum): measured
 _ROW_BIAS = {"bipe": None, "chunk": 1.2, "streaming": 1.2, "fox": 2.3}   # FoX: its c_i − c_j per row, then the masked copy
 
 # score-sized maps a normaliser other than the softmax adds while it runs (chapter 44): stick-breaking's log-space
-# terms and reversed cumulative sum, the sink's extra column and its copy; measured, tests/test_memory_plan.py
+# terms and reversed cumulative sum, the sink's extra column and its copy; measured
 _NORMALIZE_MAPS = {"stickbreak": 4.0, "sink": 2.0}
 
 
@@ -416,6 +419,7 @@ def plan_eval(model, length: int, *, batch: int = 1, budget: Optional[int] = Non
                      f"the memory budget of {format_bytes(budget)}; use a shorter length or set LENGTHX_MEM_BUDGET")
 
 # %% ../nbs/53_evaluate.ipynb #5b81e587
+#| code-fold: true
 # assumed sustained throughput, FLOP/s: 2e10 per CPU thread, 1e14 for a CUDA GPU (bf16 on an H100-class card reaches a
 # few times more; float32 less), 5e12 for Apple's MPS: deliberately rough, for refusing hours of work, not for timing
 THROUGHPUT = {"cpu": 2e10, "cuda": 1e14, "mps": 5e12}
@@ -462,6 +466,7 @@ def check_eval_time(model_or_cfg, windows: int, length: int, *, device=None, i_k
     return sec
 
 # %% ../nbs/53_evaluate.ipynb #0ee6a348
+#| code-fold: true
 def check_tokens(tokens, model=None) -> None:
     "A 1-D tensor of integer token ids, each inside the model's vocabulary when it declares one; else a one-line ValueError."
     if not isinstance(tokens, Tensor): raise ValueError(f"tokens must be a 1-D tensor of integer token ids, got {type(tokens).__name__}")
@@ -475,7 +480,7 @@ def check_tokens(tokens, model=None) -> None:
         top = f"0..{vocab - 1} (the model's vocab_size={vocab})" if vocab is not None else ">= 0"
         raise ValueError(f"token ids must be in {top}, got ids in {lo}..{hi}")
 
-
+# %% ../nbs/53_evaluate.ipynb #686f3abe
 def perplexity(model: Callable, tokens: Tensor, length: int, *, protocol: str = "last_k", k: int = 256,
                stride: Optional[int] = None, n_windows: int = 16, max_tokens: Optional[int] = None,
                tokens_per_batch: int = 8192, progress: bool = False, mem_budget: Optional[int] = None,
@@ -496,7 +501,8 @@ def perplexity(model: Callable, tokens: Tensor, length: int, *, protocol: str = 
     if interval is not None: ppl = (ppl, window_ppl_interval(nll, keep, interval))
     return (ppl, plan) if return_plan else ppl
 
-
+# %% ../nbs/53_evaluate.ipynb #649cac70
+#| code-fold: true
 def ratio_bootstrap(num: Tensor, den: Tensor, level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
     "Percentile bootstrap of exp(Σ num / Σ den) over rows (windows): resampling whole rows keeps each window's targets together."
     if not 0 < level < 1: raise ValueError(f"interval must be a level in (0, 1), got {level}")
@@ -537,6 +543,7 @@ def eval_lengths(train_len: int, max_factor: int = 16) -> list[int]:
     return [train_len * 2 ** i for i in range(max_factor.bit_length())]
 
 # %% ../nbs/53_evaluate.ipynb #d75bacf0
+#| code-fold: true
 PE_COLOURS = {"black": "#000000", "blue": "#0072B2", "vermillion": "#D55E00", "green": "#009E73",
               "orange": "#E69F00", "pink": "#CC79A7", "sky": "#56B4E9", "indigo": "#332288", "wine": "#882255",
               "olive": "#999933", "teal": "#44AA99", "purple": "#AA4499", "grey": "#777777",
@@ -594,7 +601,8 @@ def pe_styles(labels: Iterable[str]) -> dict[str, dict]:
         out[lab] = dict(color=st["color"], marker=marker, ls=ls)
     return out
 
-# %% ../nbs/53_evaluate.ipynb #c3258189
+# %% ../nbs/53_evaluate.ipynb #8ffec20a
+#| code-fold: true
 DICHROMACY = {   # Machado, Oliveira & Fernandes (2009), severity 1: linear sRGB -> what the dichromat sees, in linear sRGB
     "protanopia": ((0.152286, 1.052583, -0.204868), (0.114503, 0.786281, 0.099216), (-0.003882, -0.048116, 1.051998)),
     "deuteranopia": ((0.367322, 0.860646, -0.227968), (0.280085, 0.672501, 0.047413), (-0.011820, 0.042940, 0.968881)),
@@ -620,7 +628,8 @@ def colour_distance(a: str, b: str) -> float:
     "ΔE (CIE76) between two `#RRGGBB` colours, the smallest over normal vision and the three dichromacies: the difference every reader still sees."
     return min(float((colour_lab(a, v) - colour_lab(b, v)).norm()) for v in ("normal", *DICHROMACY))
 
-# %% ../nbs/53_evaluate.ipynb #4aa62047
+# %% ../nbs/53_evaluate.ipynb #64b4e63f
+#| code-fold: true
 LOG_MANTISSAS = ((1,), (1, 2, 5), (1, 1.5, 2, 3, 5, 7), (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8))
 
 
@@ -660,7 +669,8 @@ def label_length_axis(axis, lengths: Iterable[int], most: int = 8) -> None:
     axis.set_major_locator(FixedLocator(ticks)); axis.set_minor_locator(NullLocator())
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0f}"))
 
-# %% ../nbs/53_evaluate.ipynb #96a9911b
+# %% ../nbs/53_evaluate.ipynb #0fe1926f
+#| code-fold: true
 def plot_ppl(curves: dict[str, dict[int, float]], train_len: Optional[int] = None, *, title: str = "",
              ax=None, ymax: Optional[float] = None):
     "Perplexity against evaluation length, one line per PE (log-log) in the book's colours, the training length marked."
@@ -680,6 +690,7 @@ def plot_ppl(curves: dict[str, dict[int, float]], train_len: Optional[int] = Non
     return ax
 
 # %% ../nbs/53_evaluate.ipynb #5ff0a81c
+#| code-fold: true
 @dataclass(frozen=True)
 class Protocol:
     "How `eval` and `sweep` measure perplexity; `PROTOCOL` below is the one set of defaults both use."

@@ -1216,7 +1216,7 @@ def last_k_windows(n_tokens: int, length: int, k: int = 256, n_windows: int = 16
 
 
 written("53.2", "53_evaluate", "Count the scored tokens and the context each protocol gives them", "derive")
-written("53.3", "53_evaluate", "Predict how the three protocols rank one model past its training length, then run them", "experiment")
+written("53.3", "53_evaluate", "Predict NoPE's and RoPE's growth against each other and their window yardsticks, then read the seeds", "experiment")
 
 # %% ../nbs/80_exercises.ipynb #8bae81f5
 #| code-fold: true

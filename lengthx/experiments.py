@@ -63,12 +63,13 @@ SUCCESSORS = ["fox", "stickbreak", "sink:nope"]
 CURRENT = ["rope/nope", "window:w=16:rope/nope", "chunk:c=16:rope/nope", "window:w=16:rope/rope:base=1000000", "prope",
            "temp:nope", "temp:floor=16:nope"]
 PATH = ["path"]   # PaTH (chapter 44): data-dependent Householder transforms in place of RoPE's fixed rotations
-# five seeds of what the chapters compare beyond main's seed 0: randomized RoPE and ALiBi (23), Sandwich and FIRE
-# initialised at L = 8 (22), T5 with every bucket inside L (20), xPos at the paper's γ = L/2 and with its blockwise
-# window of L/2 beside RoPE in the same window (11), KERPLE with a kernel per layer as DAPE's f(B) has (40), and two
+# five seeds of what the chapters compare beyond main's seed 0: the sinusoidal table, scaled and unscaled as the papers'
+# code adds it (02), randomized RoPE and ALiBi (23), Sandwich and FIRE initialised at L = 8 (22), T5 with every bucket
+# inside L (20), xPos at the paper's γ = L/2 and with its blockwise window of L/2 beside RoPE in the same window (11),
+# KERPLE with a kernel per layer as DAPE's f(B) has and DAPE on FIRE, the one base that degrades here (40), and two
 # yardsticks in a window of L: RoPE (12, 14, 70) and the RoPE-then-NoPE stack (14)
-VARIANTS = ["randomized:rope", "randomized:alibi", "sandwich", "fire:init_L=8", "t5:num_buckets=16:max_distance=32",
-            "xpos", "xpos:scale_base=32", "window:w=32:xpos", "window:w=32:rope", "kerple_log:per_layer=true",
+VARIANTS = ["sinusoidal", "sinusoidal:scale=1.0", "randomized:rope", "randomized:alibi", "sandwich", "fire:init_L=8",
+            "t5:num_buckets=16:max_distance=32", "xpos", "xpos:scale_base=32", "window:w=32:xpos", "window:w=32:rope", "kerple_log:per_layer=true", "dape:fire",
             "window:w=64:rope", "window:w=64:rope/nope"]
 # the CHE encoder is bidirectional: stick-breaking orders the keys back from the query and has no such form
 CHE_CURRENT = ["fox", "rope/nope", "prope"]

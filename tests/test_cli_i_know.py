@@ -38,6 +38,7 @@ def test_the_issues_train_is_refused_in_one_line_naming_the_flag(tmp_path, no_tr
     assert main(ISSUE + ["--out", str(tmp_path / "run")]) == 2
     took, line = time.perf_counter() - t, one_line(capsys.readouterr().err)
     assert "estimated at" in line and "--i-know" in line and took < 60, (took, line)
+    assert "i_know" not in line and "TrainConfig" not in line and "--batch-size" in line, line
     assert no_training == [] and not (tmp_path / "run").exists()
 
 
@@ -64,6 +65,7 @@ def test_sliding_stride_one_eval_refused_before_any_forward(run256, monkeypatch,
     assert main(cmd) == 2
     line = one_line(capsys.readouterr().err)
     assert "3,841 window(s) of length 256" in line and "estimated at" in line and "--stride" in line and "--i-know" in line, line
+    assert "i_know" not in line and "n_windows" not in line and "--n-windows" in line, line   # the shell's words, not Python's
     assert called == []
     assert main(cmd + ["--i-know"]) == 0        # every length scored (by the stub: zero losses, perplexity 1)
     assert called == [256, 512] and capsys.readouterr().out.count("ppl=1.00") == 2
@@ -84,5 +86,5 @@ def test_sweep_without_the_flag_refuses_before_training(tmp_path, no_training, c
     assert main(["sweep", "--pes", "rope", "--train-len", "256", "--steps", "1", "--protocol", "sliding", "--stride", "1",
                  "--device", "cpu", "--out", str(tmp_path / "s"), "--quiet"]) == 2
     line = one_line(capsys.readouterr().err)
-    assert "estimated at" in line and "--i-know" in line, line
+    assert "estimated at" in line and "--i-know" in line and "i_know" not in line, line
     assert no_training == [] and not (tmp_path / "s" / "runs").exists()

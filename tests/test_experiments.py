@@ -251,22 +251,63 @@ def test_attest_names_the_commit_whose_source_the_result_was_made_from(tmp_path)
 
 
 def test_committed_results_are_downloaded_for_a_run_without_a_checkout(tmp_path, monkeypatch):
+    "Every file the committed manifest lists is fetched (all seeds and budgets, not only <unit>_cpu.json), and read as in a checkout."
     import io, types, urllib.error, urllib.request
-    served = {p.name: p.read_bytes() for p in (ROOT / "nbs" / "results").glob("*_cpu.json")}
+    committed = ROOT / "nbs" / "results"
+    served = {p.name: p.read_bytes() for p in committed.iterdir() if p.is_file()}
     def urlopen(url, timeout=None):
         name = url.rsplit("/", 1)[1]
         if name not in served: raise urllib.error.HTTPError(url, 404, "not found", None, None)
         return io.BytesIO(served[name])
     monkeypatch.setattr(urllib.request, "urlopen", urlopen)
     d = results.committed_results(tmp_path / "cache")
-    assert sorted(p.name for p in d.glob("*.json")) == sorted(n for n in served if n.rsplit("_", 1)[0] in X.UNITS)
-    assert X.pick(X.load_results([d]), "main", "cpu") is not None
+    listed = results.parse_manifest(served[results.MANIFEST].decode())
+    assert {"baselines_cpu_seed1.json", "seeds_cpu_seed2.json", "che_budget_colab.json"} <= set(listed)
+    assert sorted(p.name for p in d.glob("*.json")) == sorted(listed)
+    assert sorted((r["unit"], r["preset"], result_seed(r), r["provenance"]["time"]) for r in X.load_results([d])) == \
+        sorted((r["unit"], r["preset"], result_seed(r), r["provenance"]["time"]) for r in X.load_results([committed]))
+    assert X.pick(X.load_results([d]), "che_budget", "colab", gpu=True) is not None
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("LENGTHX_RESULTS", raising=False)
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
     assert results.result_dirs() == [tmp_path / ".cache" / "lengthx" / "results"]
     assert X.pick(X.load_results(), "cot", "cpu")["result"] == results.int_lengths(json.loads(served["cot_cpu.json"])["result"])
+
+
+def test_a_cached_result_is_refreshed_when_the_manifest_changes(tmp_path, monkeypatch):
+    "A cached file that still passes its own checksum is replaced when the committed one differs; one no longer committed is removed; offline, the cache stays."
+    import io, urllib.error, urllib.request
+    def result(steps):
+        results.write_results(tmp_path / "r.json", {"unit": "main", "preset": "cpu", "settings": {"steps": steps}, "result": {},
+                                                    "provenance": {"time": f"2026-01-0{steps} 00:00:00"}})
+        return (tmp_path / "r.json").read_bytes()
+    served = {}
+    def serve(**files):
+        served.clear(); served.update(files)
+        served[results.MANIFEST] = "".join(f"{__import__('hashlib').sha256(b).hexdigest()}  {n}\n" for n, b in files.items()).encode()
+    def urlopen(url, timeout=None):
+        name = url.rsplit("/", 1)[1]
+        if name not in served: raise urllib.error.URLError("offline")
+        return io.BytesIO(served[name])
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    cache = tmp_path / "cache"
+    serve(**{"main_cpu.json": result(1), "cot_cpu.json": result(2)})
+    results.committed_results(cache)
+    assert results.read_results(cache / "main_cpu.json")["settings"] == {"steps": 1}
+    serve(**{"main_cpu.json": result(3)})                        # a new result committed, cot_cpu.json removed
+    results.committed_results(cache)
+    assert results.read_results(cache / "main_cpu.json")["settings"] == {"steps": 3}
+    assert sorted(p.name for p in cache.glob("*.json")) == ["main_cpu.json"]
+    served.clear()                                               # offline: what was fetched stays readable
+    results.committed_results(cache)
+    assert results.read_results(cache / "main_cpu.json")["settings"] == {"steps": 3}
+    serve(**{"main_cpu.json": result(4)}); served["main_cpu.json"] = result(5)   # a file that is not what the manifest says
+    results.committed_results(cache)
+    assert not (cache / "main_cpu.json").exists()                # never an old or a wrong copy in its place
+    served[results.MANIFEST] = b"0" * 64 + b"  ../../escape.json\n"
+    results.committed_results(cache)                             # a manifest naming a path outside the cache is refused
+    assert not (tmp_path / "escape.json").exists()
 
 
 def _digit_keyed(obj):

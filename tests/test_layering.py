@@ -36,7 +36,9 @@ def test_package_imports_sit_at_module_level_outside_the_command_line():
 
 
 def test_the_command_line_is_a_thin_shell():
-    assert len((ROOT / "lengthx" / "cli.py").read_text().splitlines()) < 650
+    "Its code lines (not blank lines, comments or the notebook's folding directives) stay few."
+    code = [ln for ln in (ROOT / "lengthx" / "cli.py").read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    assert len(code) < 575, len(code)
 
 
 def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path):

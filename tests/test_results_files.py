@@ -112,6 +112,47 @@ def test_every_committed_result_carries_a_checksum_that_verifies():
     assert tool["main"](["--check"]) == 0
 
 
+def test_the_manifest_check_fails_when_a_result_is_added_or_changed_without_it(tmp_path, capsys):
+    tool = runpy.run_path(str(ROOT / "tools" / "checksum_results.py"))
+    R.write_results(tmp_path / "main_cpu.json", RESULT)
+    (tmp_path / "chapter_times.json").write_text('{"chapters": {}}')        # not a result: not listed
+    assert tool["main"](["--check", str(tmp_path)]) == 1                    # no manifest yet
+    assert tool["main"]([str(tmp_path)]) == 0 and tool["main"](["--check", str(tmp_path)]) == 0
+    assert R.parse_manifest((tmp_path / R.MANIFEST).read_text()) == {"main_cpu.json": R.file_sha256(tmp_path / "main_cpu.json")}
+    R.write_results(tmp_path / "main_cpu_seed1.json", {**RESULT, "settings": {"seed": 1}})   # a result added
+    assert tool["main"](["--check", str(tmp_path)]) == 1 and "main_cpu_seed1.json" in capsys.readouterr().out
+    assert tool["main"]([str(tmp_path)]) == 0
+    R.write_results(tmp_path / "main_cpu.json", {**RESULT, "settings": {"steps": 5}})       # a result changed
+    assert tool["main"](["--check", str(tmp_path)]) == 1
+    with pytest.raises(ValueError, match="not '<sha256>"):
+        R.parse_manifest("abc  ../x.json\n")
+
+
+def test_check_clean_refuses_uncommitted_code_unless_asked():
+    dirty = {**R.provenance(), "git_sha": "b" * 40, "git_dirty": True}
+    with pytest.raises(ValueError, match="uncommitted changes.*--allow-dirty"):
+        R.check_clean(False, dirty)
+    assert R.check_clean(True, dirty) is dirty
+
+
+def test_a_result_with_an_unknown_unit_is_skipped_with_a_warning(tmp_path):
+    R.write_results(tmp_path / "x_cpu.json", {**RESULT, "unit": "not_a_unit"})
+    R.write_results(tmp_path / "main_cpu.json", RESULT)
+    with pytest.warns(UserWarning, match="x_cpu.json.*not in UNITS"):
+        assert [r["unit"] for r in R.load_results([tmp_path])] == ["main"]
+
+
+def test_the_overview_shows_the_state_of_the_code_oldest_first(tmp_path):
+    for name, t, prov in (("main_cpu.json", "2026-01-03 00:00:00", {"git_dirty": True}),
+                          ("cot_cpu.json", "2026-01-01 00:00:00", {"git_dirty": False, "attested": "by hash"}),
+                          ("cost_cpu.json", "2026-01-02 00:00:00", {"git_dirty": False})):
+        unit = name.rsplit("_", 1)[0]
+        R.write_results(tmp_path / name, {**RESULT, "unit": unit, "provenance": {**RESULT["provenance"], **prov, "time": t}})
+    rows = R.results_overview(R.load_results([tmp_path])).splitlines()[2:]
+    assert [r.split(" | ")[2] for r in rows] == ["cot", "cost", "main"]
+    assert [r.split(" | ")[3] for r in rows] == ["attested", "clean", "dirty"] and "a" * 10 not in "".join(rows)
+
+
 def test_the_provenance_names_the_execution_path():
     with fused.kernel_mode("off"):
         ex = R.provenance()["execution"]

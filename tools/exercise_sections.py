@@ -219,11 +219,12 @@ def causal_key_conv(x, weight, bias):
 
 passed = check("41.1", causal_key_conv)""")
 
-EX["53_evaluate"] = ("""**Exercise 53.1** (implement, ★, autograded). Write `last_k_windows(n_tokens, length, k, n_windows)` returning the `(start, scored_from)` windows of the last-k protocol: `n_windows` starts spaced evenly from 0 to `n_tokens − length − 1` (rounded), each scoring its last $\\min(k, \\text{length})$ targets. The grader checks that every window and its targets fit in the stream, the number scored, and the windows themselves.
+EX["53_evaluate"] = ("""**Exercise 53.1** (implement, ★, autograded). Write `last_k_windows(n_tokens, length, k, n_windows)` returning the `(start, scored_from)` windows of the last-k protocol: `n_windows` starts spaced evenly from 0 to `n_tokens − length − 1` (rounded), each scoring its last $\\min(k, \\text{length})$ targets. (The exercise's function clamps $k$ to the window length,
+where the package's `last_k_windows` refuses a $k$ longer than the window with a one-line error.) The grader checks that every window and its targets fit in the stream, the number scored, and the windows themselves.
 
 **Exercise 53.2** (derive, ★★). For a stream of $n$ tokens and window length $L$, count the tokens each protocol scores and the context each scored token has: nonoverlap (mean context $(L-1)/2$), sliding with stride $s$ (at least $L - s$ after the first window), last-k (at least $L - k$). Which protocol's perplexity is lowest for the same model, and by which argument? Why do the protocols disagree most beyond the training length?
 
-**Exercise 53.3** (experiment, ★★). *Predict first:* how do the three protocols rank NoPE, learned APE and sinusoidal at 2× and 4× the training length, and does the ranking of the *PEs* change with the protocol? Run `perplexity(model, tokens, L, protocol=...)` for this chapter's models and explain any change of order.""",
+**Exercise 53.3** (experiment, ★★). *Predict first:* is NoPE's growth $g_n = P(nL)/P(L)$ larger than RoPE's at 2×, 4× and 16× the training length, and is either above its window yardstick's? Answer from the committed seeds, not from one model: `compare("nope", "rope", "growth", n * L)` and `compare("rope", "window:w=64:rope", "growth", n * L)` from `lengthx.evidence` (chapter 57) give the paired difference over seeds, its 95% interval and a verdict. Then, in the protocol table above (one seed, shown, not ranked), take the ratio $P(4096)/P(2048)$ under `last_k` and under `last_k_common`: why does `last_k` on spread windows, whose targets change with the length, make the longer context look helpful?""",
 """from lengthx.exercises import check
 
 def last_k_windows(n_tokens, length, k=256, n_windows=16):
