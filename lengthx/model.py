@@ -18,7 +18,7 @@ from .attention import (PATHS, PE, Positions, WrappedPE, additive_mask, attentio
                                check_spec, pick_path, relative_bias_matrix)
 
 # %% auto #0
-__all__ = ['PRESETS', 'PRESET_ALIASES', 'LAYER_SEP', 'pattern_spec', 'pattern_specs', 'layer_specs', 'GPTConfig', 'SelfAttention',
+__all__ = ['PRESETS', 'PRESET_ALIASES', 'LAYER_SEP', 'pattern_spec', 'pattern_specs', 'GPTConfig', 'layer_specs', 'SelfAttention',
            'Block', 'GPT', 'positions_kind', 'LayerPattern', 'map_pes', 'build_model_pe', 'pe_shape',
            'check_model_spec', 'flops_per_token']
 
@@ -81,12 +81,6 @@ def _check_config(cfg: GPTConfig) -> None:
                          f"n_layer={cfg.n_layer}; give at most n_layer specs")
     cfg.sep_ids = tuple(cfg.sep_ids)
 
-
-def layer_specs(cfg: GPTConfig) -> list[str]:
-    "The spec of each of `cfg`'s layers: its pattern cycled over `n_layer` layers."
-    cyc = pattern_specs(cfg.pe)
-    return [cyc[i % len(cyc)] for i in range(cfg.n_layer)]
-
 # %% ../nbs/50_model.ipynb #7edfb20d
 @dataclass
 class GPTConfig:
@@ -121,6 +115,12 @@ class GPTConfig:
     def from_dict(cls, d: dict) -> "GPTConfig":
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+# %% ../nbs/50_model.ipynb #3b965f20
+def layer_specs(cfg: GPTConfig) -> list[str]:
+    "The spec of each of `cfg`'s layers: its pattern cycled over `n_layer` layers."
+    cyc = pattern_specs(cfg.pe)
+    return [cyc[i % len(cyc)] for i in range(cfg.n_layer)]
 
 # %% ../nbs/50_model.ipynb #8e031333
 class SelfAttention(nn.Module):
