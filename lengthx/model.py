@@ -116,7 +116,7 @@ class GPTConfig:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
-# %% ../nbs/50_model.ipynb #3b965f20
+# %% ../nbs/50_model.ipynb #313e52ce
 def layer_specs(cfg: GPTConfig) -> list[str]:
     "The spec of each of `cfg`'s layers: its pattern cycled over `n_layer` layers."
     cyc = pattern_specs(cfg.pe)
