@@ -174,3 +174,12 @@ def test_a_partial_result_says_so_in_its_provenance_line():
     part = {**RESULT, "result": {**RESULT["result"], "partial": {"finished": ["a", "b"], "left": ["c"]}}}
     assert "finished methods so far (2 of 3)" in R.provenance_line(part)
     assert "finished methods" not in R.provenance_line(RESULT)
+
+
+def test_the_provenance_line_names_the_base_seed_a_result_was_made_with():
+    "The command a reader copies must remake that file: `--seed N` for a base seed other than 0, nothing for 0."
+    seeded = {**RESULT, "provenance": {**RESULT["provenance"], "seed": 3}}
+    assert "`lengthx reproduce --budget cpu --only main --seed 3`" in R.provenance_line(seeded)
+    plain = {**RESULT, "provenance": {**RESULT["provenance"], "seed": 0}}
+    assert "`lengthx reproduce --budget cpu --only main`" in R.provenance_line(plain)
+    assert "--seed" not in R.provenance_line(RESULT)   # a record without a seed is the default run
