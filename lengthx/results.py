@@ -325,7 +325,8 @@ def provenance_line(rec: dict) -> str:
     took = f"{p['wall_seconds'] / 60:.1f} min on " if isinstance(p.get("wall_seconds"), (int, float)) else "on "
     day = str(p.get("time", "?")).split(" ")[0]
     part = res.get("partial") if isinstance(res, dict) else None   # a resumable unit's finished methods so far
-    done = (f", its finished methods so far ({len(part['finished'])} of {len(part['finished']) + len(part['left'])})"
+    what = "method-and-length columns" if isinstance(part, dict) and any("@" in x for x in part["finished"]) else "methods"
+    done = (f", its finished {what} so far ({len(part['finished'])} of {len(part['finished']) + len(part['left'])})"
             if isinstance(part, dict) else "")
     seed = p.get("seed") or 0   # the base seed the command was given (`--seed`), as recorded
     flag = f" --seed {seed}" if seed else ""

@@ -174,6 +174,8 @@ def test_a_partial_result_says_so_in_its_provenance_line():
     part = {**RESULT, "result": {**RESULT["result"], "partial": {"finished": ["a", "b"], "left": ["c"]}}}
     assert "finished methods so far (2 of 3)" in R.provenance_line(part)
     assert "finished methods" not in R.provenance_line(RESULT)
+    cols = {**RESULT, "result": {**RESULT["result"], "partial": {"finished": ["rope@2048"], "left": ["rope@4096", "yarn@16384"]}}}
+    assert "finished method-and-length columns so far (1 of 3)" in R.provenance_line(cols)   # RULER's partial grid
 
 
 def test_the_provenance_line_names_the_base_seed_a_result_was_made_with():

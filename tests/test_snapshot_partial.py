@@ -27,3 +27,16 @@ def test_a_method_whose_name_prefixes_another_is_not_counted_twice():
     S2 = dict(S, methods=["rope", "rope:pi=2"], caps={})
     got = items("ppl|rope:pi=2|d1", "ppl|rope:pi=2|d2", "passkey|rope:pi=2|10", "passkey|rope:pi=2|20")
     assert finished_methods(S2, got) == ["rope:pi=2"]
+
+
+def test_a_ruler_column_is_finished_only_with_every_task():
+    "RULER: a (method, length) column enters the snapshot when every task is scored at that length, and not before."
+    from snapshot_partial import finished_columns, ruler_snapshot
+    R = dict(methods={"rope": [2048, 4096], "yarn": [16384]}, tasks=["a", "b"])
+    cell = lambda s: {"score": s, "seconds": 2.0}
+    got = {"rope|a|2048": cell(100.0), "rope|b|2048": cell(50.0), "rope|a|4096": cell(0.0)}
+    assert finished_columns(R, got) == {"rope": [2048], "yarn": []}
+    result, seconds = ruler_snapshot(R, got)
+    assert result["mean_by_length"] == {"rope": {"2048": 75.0}} and seconds == 4.0
+    assert result["partial"] == {"finished": ["rope@2048"], "left": ["rope@4096", "yarn@16384"]}
+    assert set(result["grid"]["rope"]["a"]) == {"2048"}                 # the unfinished 4096 cell stays out
