@@ -42,6 +42,12 @@ def test_provenance_pages_may_show_hashes(tmp_path):
     assert cp.page_counts(page(tmp_path, [md("git 75eb83b4a4")], "55_results"))["hashes"] == 0
 
 
+def test_only_the_grader_page_may_show_a_failing_report(tmp_path):
+    report = [code("ok = check('10.1', f)\nassert not ok", [{"output_type": "stream", "name": "stdout", "text": "3/4 checks passed.\n  ✗ a"}])]
+    assert cp.page_counts(page(tmp_path, report, "80_exercises"))["grader_failures"] == 0
+    assert cp.page_counts(page(tmp_path, report, "10_rope"))["grader_failures"] == 1
+
+
 def test_a_chapter_above_its_allowance_fails_and_a_new_one_is_allowed_nothing():
     counts = {"10_rope": {"long_cells": 2, "hashes": 0}, "99_new": {"long_cells": 1, "hashes": 0}}
     bad = cp.over(counts, {"10_rope": {"long_cells": 1}})

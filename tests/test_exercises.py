@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 
 from lengthx import exercises as E
-from lengthx.evaluate import last_k_windows
 from lengthx.pe.bias import _alibi_power_of_2
 from lengthx.pe.rotary import rope_interleaved
 from lengthx.tasks import evaluate_mod
@@ -20,13 +19,6 @@ NBS = Path(__file__).resolve().parents[1] / "nbs"
 
 
 # ---- realistic wrong answers, at least one per autograded exercise ------------------------------------------------
-def attend_scale_d(q, k, v, causal=False):
-    "scales by 1/d instead of 1/√d"
-    s = q @ k.transpose(-2, -1) / q.shape[-1]
-    if causal: s = s.masked_fill(torch.ones(s.shape[-1], s.shape[-1], dtype=torch.bool).triu(1), float("-inf"))
-    return s.softmax(-1) @ v
-
-
 def attend_masks_past(q, k, v, causal=False):
     "masks the past instead of the future (tril where triu was meant)"
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -39,12 +31,6 @@ def attend_softmax_queries(q, k, v, causal=False):
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if causal: s = s.masked_fill(torch.ones(s.shape[-1], s.shape[-1], dtype=torch.bool).triu(1), float("-inf"))
     return s.softmax(-2).nan_to_num() @ v
-
-
-def sinusoidal_concat(pos, dim, base=10000.0):
-    "all sines, then all cosines (the tensor2tensor layout)"
-    ang = pos.double()[:, None] * base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-    return torch.cat([ang.sin(), ang.cos()], -1)
 
 
 def sinusoidal_exponent(pos, dim, base=10000.0):
@@ -69,11 +55,6 @@ def rope_half_scaled(x, pos, inv_freq):
     return torch.cat([x1 * (c + s), x2 * (c + s)], -1)
 
 
-def perm_identity(d):
-    "the identity: assumes the layouts already agree"
-    return list(range(d))
-
-
 def perm_inverse(d):
     "the inverse of the right permutation (slot 2i takes dimension i)"
     pi = list(range(0, d, 2)) + list(range(1, d, 2))
@@ -83,11 +64,6 @@ def perm_inverse(d):
 def perm_halves_swapped(d):
     "odd dimensions first"
     return list(range(1, d, 2)) + list(range(0, d, 2))
-
-
-def counter_not_sum_zero(r1, r2, r3):
-    "a vector that does not sum to zero (a PSD counterexample, not a CPD one)"
-    return torch.tensor([0.0, 0.1, 0.2]), torch.tensor([1.0, -1.0, 1.0])
 
 
 def counter_two_points(r1, r2, r3):
@@ -100,20 +76,9 @@ def counter_unit_spacing(r1, r2, r3):
     return torch.tensor([0.0, 1.0, 2.0]), torch.tensor([1.0, -2.0, 1.0])
 
 
-def xpos_i_not_2i(pos, dim, scale_base=512.0):
-    "ζ_i = (i + 0.4d)/(1.4d): i where 2i belongs"
-    zeta = (torch.arange(dim // 2, dtype=torch.float64) + 0.4 * dim) / (1.4 * dim)
-    return zeta ** (pos.double()[:, None] / scale_base)
-
-
 def xpos_key_factor(pos, dim, scale_base=512.0):
     "returns the key factor ζ^(−n/γ) instead of the query factor"
     return E.solution("11.1")(pos, dim, scale_base).reciprocal()
-
-
-def ntk_exponent_one(dim, base, scale):
-    "base·s instead of base·s^(d/(d−2))"
-    return (base * scale) ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
 
 
 def ntk_is_pi(dim, base, scale):
@@ -121,21 +86,10 @@ def ntk_is_pi(dim, base, scale):
     return base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim) / scale
 
 
-def alibi_wrong_sign(n_heads, length):
-    "a bonus for distance instead of a penalty"
-    return -E.solution("20.1")(n_heads, length)
-
-
 def alibi_naive_slopes(n_heads, length):
     "the power-of-two geometric rule applied to any head count"
     dist = (torch.arange(length)[:, None] - torch.arange(length)[None]).abs().double()
     return -torch.tensor(_alibi_power_of_2(n_heads), dtype=torch.float64)[:, None, None] * dist
-
-
-def anchor_first_no_corner(K):
-    "anchors at the first point and forgets the + K_11 term"
-    K = K.double()
-    return K[1:, 1:] - K[1:, :1] - K[:1, 1:]
 
 
 def anchor_submatrix(K):
@@ -147,12 +101,6 @@ def anchor_one_side(K):
     "subtracts only the anchor column K_in and adds K_nn: not symmetric"
     K = K.double()
     return K[:-1, :-1] - K[:-1, -1:] + K[-1, -1]
-
-
-def fire_no_threshold(i, j, c, L):
-    "normalizes by ψ(i), forgetting the threshold L"
-    psi = lambda x: torch.log1p((c * x.double()).abs())
-    return psi(i - j) / psi(i)
 
 
 def fire_no_plus_one(i, j, c, L):
@@ -174,13 +122,6 @@ def random_offset(length, max_len, generator):
     return torch.arange(start, start + length)
 
 
-def random_wrapped(length, max_len, generator):
-    "a random start, then consecutive positions wrapped mod max_len, sorted: every position equally likely, few subsets"
-    if length > max_len: raise ValueError("too long")
-    start = torch.randint(0, max_len, (1,), generator=generator).item()
-    return ((start + torch.arange(length)) % max_len).sort().values
-
-
 def random_stratified(length, max_len, generator):
     "one position per stratum: max_len cut into `length` equal strata, one uniform draw in each"
     if length > max_len: raise ValueError("too long")
@@ -200,25 +141,10 @@ def random_global_rng(length, max_len, generator):
     return torch.randperm(max_len)[:length].sort().values
 
 
-def segments_inclusive(ids, sep_ids):
-    "the separator opens the next segment (inclusive cumsum; intra restarts at the separator)"
-    sep = torch.isin(ids, torch.tensor(list(sep_ids))).long()
-    inter = sep.cumsum(-1)
-    intra = torch.zeros_like(ids)
-    for t in range(1, ids.shape[-1]):
-        intra[..., t] = torch.where(sep[..., t].bool(), 0, intra[..., t - 1] + 1)
-    return intra, inter
-
-
 def segments_intra_off_by_one(ids, sep_ids):
     "intra = t − (index of the last separator): the first token of a segment gets 1"
     intra, inter = E.solution("30.1")(ids, sep_ids)
     return torch.where(inter > 0, intra + 1, intra), inter
-
-
-def dape_no_residual(S, bias, W1, b1, W2, b2):
-    "returns f(S, B) without S + B"
-    return E.solution("40.1")(S, bias, W1, b1, W2, b2) - S - bias
 
 
 def dape_swapped(S, bias, W1, b1, W2, b2):
@@ -244,11 +170,6 @@ def dape_over_keys(S, bias, W1, b1, W2, b2):
     return E.solution("40.1")(S, bias, W1, b1, W2, b2) + S.softmax(-1)
 
 
-def conv_no_tril(x, weight, bias):
-    "convolves the full map: the diagonal reads key i + 1"
-    return F.conv2d(x, weight, bias, padding=(0, weight.shape[-1] // 2))
-
-
 def conv_tril_after(x, weight, bias):
     "masks the output instead of the input"
     T = x.shape[-1]
@@ -260,11 +181,6 @@ def conv_along_queries(x, weight, bias):
     return F.conv2d(x.tril(), weight.transpose(-1, -2), bias, padding=(weight.shape[-1] // 2, 0))
 
 
-def windows_negative_scored_from(n_tokens, length, k=256, n_windows=16):
-    "scored_from = length − k, negative when k > length"
-    return [(s, length - k) for s, _ in last_k_windows(n_tokens, length, k, n_windows)]
-
-
 def windows_overrun(n_tokens, length, k=256, n_windows=16):
     "span = n_tokens − length: the last window's last target is past the end"
     span = n_tokens - length
@@ -272,41 +188,14 @@ def windows_overrun(n_tokens, length, k=256, n_windows=16):
     return [(round(i * span / (n - 1)), length - min(k, length)) for i in range(n)]
 
 
-def arith_left_to_right(ids):
-    "evaluates left to right, ignoring that * binds tighter"
-    sym = "01234+-*"
-    acc, op = int(sym[ids[0]]), None
-    for t in ids[1:]:
-        s = sym[t]
-        if s in "+-*": op = s
-        else: acc = acc + int(s) if op == "+" else acc - int(s) if op == "-" else acc * int(s)
-    return acc % 5
-
-
 def arith_no_mod(ids):
     "forgets to reduce mod 5"
     return eval("".join("01234+-*"[t] for t in ids))
 
 
-def mqar_shifted(seq, n_keys):
-    "puts the answer one position late (on the value, as in the context)"
-    out = E.solution("61.1")(seq, n_keys)
-    return [-100] + out[:-1]
-
-
 def mqar_every_key(seq, n_keys):
     "scores every key, including first occurrences whose value is not known yet"
     return [seq[t + 1] if tok < n_keys and t + 1 < len(seq) else -100 for t, tok in enumerate(seq)]
-
-
-def bins_not_clipped(weights, k):
-    "keys farther than k are dropped instead of landing in the far bin"
-    T = weights.shape[-1]
-    pos = torch.arange(T)
-    d = pos[None] - pos[:, None]
-    out = weights.new_zeros(*weights.shape[:-1], 2 * k + 1)
-    keep = d.abs() <= k
-    return out.scatter_add_(-1, (d.clamp(-k, k) + k).expand_as(weights), weights * keep)
 
 
 def bins_sign_flipped(weights, k):
@@ -322,15 +211,6 @@ def bins_overwrite(weights, k):
     return weights.new_zeros(*weights.shape[:-1], 2 * k + 1).scatter_(-1, c.expand_as(weights), weights)
 
 
-def band_not_causal(T, w, block):
-    "|i − j| < w: the band forgets causality and visits key blocks after the query block"
-    nb = -(-T // block)
-    pos = torch.arange(nb * block)
-    d = pos[:, None] - pos[None]
-    band = (d.abs() < w) & (pos[:, None] < T) & (pos[None] < T)
-    return band.reshape(nb, block, nb, block).any(3).any(1)
-
-
 def band_off_by_one(T, w, block):
     "0 ≤ i − j ≤ w: a window of w + 1 keys"
     return E.solution("25.1")(T, w + 1, block)
@@ -344,30 +224,32 @@ def band_block_distance(T, w, block):
     return (d >= 0) & (d * block < w)
 
 
-WRONG = {
-    "1.1": [attend_scale_d, attend_masks_past, attend_softmax_queries],
-    "2.1": [sinusoidal_concat, sinusoidal_exponent],
+# the package registers at least one wrong answer per exercise (E.mistakes); these are more of them
+MORE_WRONG = {
+    "1.1": [attend_masks_past, attend_softmax_queries],
+    "2.1": [sinusoidal_exponent],
     "10.1": [rope_interleaved, rope_half_wrong_sign, rope_half_scaled],
-    "10.2": [perm_identity, perm_inverse, perm_halves_swapped],
-    "11.1": [xpos_i_not_2i, xpos_key_factor],
-    "12.1": [ntk_exponent_one, ntk_is_pi],
-    "20.1": [alibi_wrong_sign, alibi_naive_slopes],
-    "21.1": [anchor_first_no_corner, anchor_submatrix, anchor_one_side],
-    "21.2": [counter_not_sum_zero, counter_two_points, counter_unit_spacing],
-    "22.1": [fire_no_threshold, fire_no_plus_one],
-    "23.1": [random_wrapped, random_with_replacement, random_offset, random_stratified, random_unsorted, random_global_rng],
-    "24.1": [bins_not_clipped, bins_sign_flipped, bins_overwrite],
-    "25.1": [band_not_causal, band_off_by_one, band_block_distance],
-    "30.1": [segments_inclusive, segments_intra_off_by_one],
-    "40.1": [dape_no_residual, dape_swapped, dape_per_head, dape_over_keys],
-    "41.1": [conv_no_tril, conv_tril_after, conv_along_queries],
-    "53.1": [windows_negative_scored_from, windows_overrun],
-    "60.1": [arith_left_to_right, arith_no_mod],
-    "61.1": [mqar_shifted, mqar_every_key],
+    "10.2": [perm_inverse, perm_halves_swapped],
+    "11.1": [xpos_key_factor],
+    "12.1": [ntk_is_pi],
+    "20.1": [alibi_naive_slopes],
+    "21.1": [anchor_submatrix, anchor_one_side],
+    "21.2": [counter_two_points, counter_unit_spacing],
+    "22.1": [fire_no_plus_one],
+    "23.1": [random_with_replacement, random_offset, random_stratified, random_unsorted, random_global_rng],
+    "24.1": [bins_sign_flipped, bins_overwrite],
+    "25.1": [band_off_by_one, band_block_distance],
+    "30.1": [segments_intra_off_by_one],
+    "40.1": [dape_swapped, dape_per_head, dape_over_keys],
+    "41.1": [conv_tril_after, conv_along_queries],
+    "53.1": [windows_overrun],
+    "60.1": [arith_no_mod],
+    "61.1": [mqar_every_key],
 }
+WRONG = {i: E.mistakes(i) + MORE_WRONG.get(i, []) for i in E.known(autograded_only=True)}
 # the words the failure message must contain: the grader names the mistake, not only "wrong"
 EXPECT = {
-    "rope_interleaved": "interleaved", "rope_half_wrong_sign": "−m·θ", "anchor_first_no_corner": "K_nn", "anchor_one_side": "four terms",
+    "rope_interleaved": "interleaved", "rope_interleaved_layout": "interleaved", "rope_half_wrong_sign": "−m·θ", "anchor_first_no_corner": "K_nn", "anchor_one_side": "four terms",
     "segments_inclusive": "exclusive", "dape_no_residual": "residual", "dape_swapped": "[B; S]",
     "conv_no_tril": "tril", "conv_tril_after": "tril", "windows_overrun": "L + 1", "alibi_wrong_sign": "penalty",
     "ntk_exponent_one": "d/(d−2)", "sinusoidal_concat": "Interleave", "random_offset": "uniform", "random_wrapped": "subset", "random_stratified": "subset", "counter_not_sum_zero": "sum-zero", "counter_unit_spacing": "spacing", "perm_identity": "2i + 1", "bins_not_clipped": "far bin", "bins_sign_flipped": "j − i",
@@ -376,7 +258,38 @@ EXPECT = {
 
 
 def test_every_autograded_exercise_has_wrong_answers():
-    assert set(WRONG) == set(E.known(autograded_only=True))
+    assert set(MORE_WRONG) <= set(E.known(autograded_only=True))
+    assert all(E.mistakes(i) for i in E.known(autograded_only=True)), "every autograded exercise registers a wrong answer"
+
+
+@pytest.mark.parametrize("id,wrong", [(i, w) for i in E.known(autograded_only=True) for w in E.mistakes(i)],
+                         ids=lambda v: getattr(v, "__name__", v))
+def test_registered_mistake_is_caught_by_its_named_check(id, wrong):
+    "A registered wrong answer fails first on the property it names, by giving a wrong result, not by raising."
+    verdicts = E.grade(id, wrong)
+    first = next(v for v in verdicts if not v.holds)
+    assert first.property == wrong.caught_by, (first.property, wrong.caught_by)
+    assert not first.message.startswith("your function raised"), first.message
+    assert wrong.__doc__ and inspect.getsource(wrong).startswith(f'@mistake("{id}"')
+
+
+def test_grade_agrees_with_check(capsys):
+    "grade returns one verdict per check, in order; check's report is built from the same verdicts."
+    for id in ("10.1", "53.1"):
+        for fn in [E.solution(id), *E.mistakes(id)]:
+            verdicts = E.grade(id, fn)
+            assert [v.property for v in verdicts] == [c.__doc__ for c in E.get(id).checks]
+            assert all(v.holds == (v.message == "") for v in verdicts)
+            assert E.check(id, fn) == all(v.holds for v in verdicts)
+            out = capsys.readouterr().out
+            assert all(("✓ " if v.holds else "✗ ") + v.property in out for v in verdicts)
+    with pytest.raises(ValueError, match="in writing"): E.grade("10.3", lambda: None)
+    assert [v.holds for v in E.grade("10.1", "not a function")] == [False] * 4
+
+
+def test_mistake_must_name_one_of_its_exercises_checks():
+    with pytest.raises(ValueError, match="not one of"):
+        E.mistake("10.1", caught_by=E.get("20.1").checks[0])(lambda *a: None)
 
 
 @pytest.mark.parametrize("id", E.known(autograded_only=True))
@@ -391,7 +304,8 @@ def test_wrong_answer_rejected(id, wrong, capsys):
     assert not E.check(id, wrong)
     out = capsys.readouterr().out
     assert "First failure" in out and "✗" in out
-    if wrong.__name__ in EXPECT: assert EXPECT[wrong.__name__] in out, out
+    name = wrong.__name__.lstrip("_")
+    if name in EXPECT: assert EXPECT[name] in out, out
 
 
 @pytest.mark.parametrize("id", E.known(autograded_only=True))
@@ -504,6 +418,7 @@ def test_a_stub_is_not_attempted_on_every_check(id):
     "No check gives credit for a stub: every property of every exercise reports the stub as not attempted."
     def stub(*a, **k): raise NotImplementedError
     assert all(isinstance(E._run_one(c, stub), E.NotAttempted) for c in E.get(id).checks)
+    assert all(not v.holds and "still the stub" in v.message for v in E.grade(id, stub))
 
 
 @pytest.mark.parametrize("id", E.known(autograded_only=True))

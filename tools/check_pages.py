@@ -9,7 +9,8 @@ What a reader sees is what the site shows: nbdev's directives applied as tools/b
 - `long_cells`: a code cell shown unfolded with more than 40 lines (a page shows the idea; plumbing is folded);
 - `hashes`: a commit or content hash in visible prose or output, outside the provenance pages (55, 72);
 - `raw_reprs`: a cell whose result is a raw dict repr (`{'key': …}`) instead of a table or a sentence;
-- `grader_failures`: a stored grader report with failed checks (a stub's grader runs when the reader calls it).
+- `grader_failures`: a stored grader report with failed checks (a stub's grader runs when the reader calls it); the
+  grader's own page (GRADER_PAGES) shows one on purpose.
 
 `tools/page_allowance.json` holds each chapter's allowance: the counts when the check came in. A chapter may
 go down, never up; a new chapter is allowed none. The allowances only fall (`--ratchet`), so the book converges.
@@ -24,6 +25,7 @@ from build_site import apply_directives  # noqa: E402  (the site's own reading o
 ALLOWANCE = ROOT / "tools" / "page_allowance.json"
 MAX_LINES = 40
 PROVENANCE_PAGES = {"55_results", "72_reproduce"}
+GRADER_PAGES = {"80_exercises"}      # the page that teaches the grader shows a wrong answer's failing report on purpose
 HASH = re.compile(r"(?<![\w/#.-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,64}(?![\w/-])")
 DETAILS = re.compile(r"<details>.*?</details>", re.S)    # a collapsed detail: where hashes belong on a page
 DICT_REPR = re.compile(r"^\{['\"]")
@@ -59,7 +61,7 @@ def page_counts(path: Path) -> dict[str, int]:
                    if o.get("output_type") == "execute_result" and "text/plain" in o.get("data", {}) and len(o["data"]) == 1]
         n["raw_reprs"] += any(DICT_REPR.match(r) for r in results)
         printed = "".join("".join(o.get("text", "")) for o in c.get("outputs", []))
-        n["grader_failures"] += "checks passed" in printed and "✗" in printed
+        n["grader_failures"] += path.stem not in GRADER_PAGES and "checks passed" in printed and "✗" in printed
     return n
 
 
