@@ -188,7 +188,7 @@ def test_the_provenance_line_names_the_base_seed_a_result_was_made_with():
 
 
 def test_the_command_line_offers_exactly_the_units_the_results_know():
-    "cli keeps its own copy of UNITS (it must not import the machinery to build its parser): the two must be equal."
+    "cli keeps its own copy of UNITS, so that its parser is built without importing torch: the copy must equal the original."
     from lengthx import cli
     assert tuple(cli.UNITS) == tuple(R.UNITS)
 
