@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import warnings
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
@@ -22,7 +23,7 @@ import torch
 import lengthx
 from .data import atomic_write_bytes, atomic_write_json, read_regular
 from .pe import fused
-from .train import _is_lengthx_checkout, package_provenance, source_sha256_at
+from .train import _is_lengthx_checkout, package_provenance, source_sha256, source_sha256_at
 
 UNITS = ("main", "seeds", "more_seeds", "protocols", "position", "cdape", "baselines", "successors", "bipe_table", "schedule", "kerple_params", "che", "recall", "cot", "cost", "sweep", "peers", "dape_fast", "pretrained", "parts", "che_budget", "zero_shot", "current", "che_current", "path", "recall_current", "cost_current", "che_more", "long_docs", "long_docs_more", "variants", "ruler")
 BUDGET_NAMES = ("smoke", "cpu", "colab", "paper")
@@ -34,11 +35,12 @@ MANIFEST = "MANIFEST.sha256"   # beside the committed results: `<sha256>  <name>
 
 # %% auto #0
 __all__ = ['UNITS', 'BUDGET_NAMES', 'SCHEMA', 'RESULTS_MODE', 'CHECKSUM', 'MAX_RESULTS_BYTES', 'MANIFEST', 'RESULTS_URL',
-           'DETAIL_PREFIX', 'lengthx_checkout', 'execution_path', 'provenance', 'result_provenance', 'check_clean',
-           'content_sha256', 'write_results', 'read_json_file', 'verified', 'read_results', 'reattest', 'is_result',
-           'final_record', 'file_sha256', 'manifest_text', 'parse_manifest', 'committed_results', 'result_dirs',
-           'int_lengths', 'load_results', 'device_of', 'result_seed', 'pick', 'attest', 'code_state', 'provenance_line',
-           'provenance_detail', 'results_overview']
+           'DETAIL_PREFIX', 'STATE_TEXT', 'lengthx_checkout', 'untracked_sources', 'now_utc', 'recorded_at',
+           'execution_path', 'provenance', 'result_provenance', 'check_clean', 'content_sha256', 'write_results',
+           'read_json_file', 'verified', 'read_results', 'reattest', 'is_result', 'final_record', 'file_sha256',
+           'manifest_text', 'parse_manifest', 'committed_results', 'result_dirs', 'int_lengths', 'load_results',
+           'device_of', 'result_seed', 'pick', 'attest', 'code_state', 'provenance_line', 'provenance_detail',
+           'present_source_sha256', 'results_overview']
 
 # %% ../nbs/55_results.ipynb #25ebed98
 #| code-fold: true
@@ -56,6 +58,26 @@ def lengthx_checkout() -> Optional[Path]:
     return Path(top).resolve() if own else None
 
 
+def untracked_sources(top: Union[str, Path]) -> list[str]:
+    "The `lengthx/**.py` files under checkout `top` that git does not track: the source hash covers them, the commit does not."
+    top = Path(top)
+    tracked = set(_git(top, "ls-files", "-z", "--", "lengthx").split("\0"))
+    return sorted(n for n in (p.relative_to(top).as_posix() for p in (top / "lengthx").rglob("*.py")) if n not in tracked)
+
+# %% ../nbs/55_results.ipynb #7e2ae444
+#| code-fold: true
+def now_utc() -> str:
+    "The present moment as a provenance records it: UTC, ISO 8601 with its offset (`2026-01-02T03:04:05+00:00`)."
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def recorded_at(p: dict) -> datetime:
+    "When provenance `p` was recorded, as an aware UTC datetime; a time without a zone (an older record) is read as UTC, none or an unreadable one as the earliest time."
+    try: t = datetime.fromisoformat(str(p.get("time")))
+    except ValueError: return datetime.min.replace(tzinfo=timezone.utc)
+    return t.astimezone(timezone.utc) if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
 def execution_path() -> dict:
     "The path this process's computations took where two paths differ in the last bits: DAPE/CDAPE's fused kernel (switched on? loaded, or why not?), torch's threads and the CPU's vector unit."
     build = fused.build_info()
@@ -68,11 +90,14 @@ def execution_path() -> dict:
 
 # %% ../nbs/55_results.ipynb #13dfb223
 def provenance() -> dict:
-    "Versions, device, threads and the execution path (`execution_path`), plus `lengthx.train.package_provenance()`: the source hash, and the git sha, dirty flag and diff hash only in lengthx's own checkout."
-    return {**package_provenance(), "python": platform.python_version(), "torch": torch.__version__,
-            "platform": platform.platform(),
+    "Versions, device, threads, the execution path (`execution_path`) and the UTC time, plus `lengthx.train.package_provenance()`: the source hash, and the git sha, dirty flag (untracked modules too) and diff hash only in lengthx's own checkout."
+    pkg, top = package_provenance(), lengthx_checkout()
+    extra = untracked_sources(top) if pkg.get("git_sha") and top is not None else []
+    if extra:   # hashed into source_sha256 but in no commit: the result is not from a clean commit
+        pkg.update(git_dirty=True, git_untracked=extra)
+    return {**pkg, "python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
             "device": ("cuda:" + torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu",
-            "threads": torch.get_num_threads(), "execution": execution_path(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "threads": torch.get_num_threads(), "execution": execution_path(), "time": now_utc()}
 
 
 def result_provenance(*, seed: int, command: str, seconds: float, device: str) -> dict:
@@ -88,7 +113,8 @@ def check_clean(allow_dirty: bool, p: Optional[dict] = None) -> dict:
     "Refuse (one line) to make results from uncommitted package code unless `allow_dirty`; returns the provenance (`p`, default `provenance()`)."
     p = provenance() if p is None else p
     if p.get("git_dirty") and not allow_dirty:
-        raise ValueError(f"the lengthx checkout has uncommitted changes in lengthx/ (HEAD {p['git_sha'][:10]}); commit "
+        new = f", untracked {', '.join(p['git_untracked'])}" if p.get("git_untracked") else ""
+        raise ValueError(f"the lengthx checkout has uncommitted changes in lengthx/ (HEAD {p['git_sha'][:10]}{new}); commit "
                          "them, or pass --allow-dirty to record the diff's hash with each result")
     return p
 
@@ -155,7 +181,7 @@ def reattest(path: Union[str, Path], note: str = "content re-attested by hand") 
     path = Path(path)
     obj = read_json_file(path)
     body = {k: v for k, v in obj.items() if k != CHECKSUM}
-    stamp = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "note": note, "previous_sha256": obj.get(CHECKSUM)}
+    stamp = {"time": now_utc(), "note": note, "previous_sha256": obj.get(CHECKSUM)}
     if isinstance(body.get("provenance"), dict): body["provenance"] = {**body["provenance"], "reattested": stamp}
     else: body["reattested"] = stamp
     write_results(path, body)
@@ -208,27 +234,39 @@ def parse_manifest(text: str) -> dict[str, str]:
 
 def _cached_sha(path: Path) -> Optional[str]:
     try: return file_sha256(path)
-    except OSError: return None
+    except (OSError, ValueError): return None
+
+# %% ../nbs/55_results.ipynb #f125343f
+#| code-fold: true
+def _fetch(url: str, name: str) -> bytes:
+    "The bytes at `url`/`name` (at most one byte over `MAX_RESULTS_BYTES`)."
+    import urllib.request
+    with urllib.request.urlopen(f"{url.rstrip('/')}/{name}", timeout=30) as r: return r.read(MAX_RESULTS_BYTES + 1)
 
 
-def committed_results(cache: Optional[Union[str, Path]] = None) -> Path:
-    "The committed results as the repository's manifest lists them, in `cache`: a cached file whose hash differs is fetched anew, one no longer listed removed; offline, the cache as it is. What a notebook reads without a checkout (Colab)."
-    import urllib.error, urllib.request
+def committed_results(cache: Optional[Union[str, Path]] = None, url: str = RESULTS_URL) -> Path:
+    "The committed results at `url` as its manifest lists them, in `cache`: a cached file whose hash differs is fetched anew, one no longer listed removed, one that cannot be fetched left out with a warning; offline, the cache as it is. What a notebook reads without a checkout (Colab)."
     cache = Path(cache) if cache is not None else Path.home() / ".cache" / "lengthx" / "results"
     cache.mkdir(parents=True, exist_ok=True)
-    fetch = lambda name: urllib.request.urlopen(f"{RESULTS_URL}/{name}", timeout=30).read(MAX_RESULTS_BYTES + 1)
-    try: listed = fetch(MANIFEST); want = parse_manifest(listed.decode("utf-8"))
-    except (urllib.error.URLError, OSError, UnicodeDecodeError, ValueError): return cache   # offline: what was fetched before
+    try: listed = _fetch(url, MANIFEST); want = parse_manifest(listed.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:   # offline (URLError is an OSError) or a bad manifest
+        have = len(list(cache.glob("*.json")))
+        warnings.warn(f"the committed results' manifest could not be fetched from {url} ({_one_line(e)}); "
+                      + (f"reading the {have} result files fetched before" if have else "no result file was ever fetched, so none can be read"))
+        return cache
+    lost = []
     for name, sha in want.items():
         path = cache / name
         if _cached_sha(path) == sha: continue
-        try: data = fetch(name)
-        except (urllib.error.URLError, OSError): data = b""
+        try: data = _fetch(url, name)
+        except OSError: data = b""
         if hashlib.sha256(data).hexdigest() == sha: atomic_write_bytes(path, data, RESULTS_MODE)
-        else: path.unlink(missing_ok=True)   # never an old copy in place of the committed one: the chapter says what is missing
+        else: path.unlink(missing_ok=True); lost.append(name)   # never an old copy in place of the committed one
     for path in cache.glob("*.json"):
         if path.name not in want: path.unlink()   # no longer committed
     atomic_write_bytes(cache / MANIFEST, listed, RESULTS_MODE)
+    if lost: warnings.warn(f"{len(lost)} of the {len(want)} committed result files could not be fetched from {url} and are "
+                           f"not read: {', '.join(lost[:5])}{', …' if len(lost) > 5 else ''}")
     return cache
 
 # %% ../nbs/55_results.ipynb #a4ca3f7c
@@ -272,9 +310,10 @@ def device_of(rec: dict) -> str:
 
 
 def result_seed(rec: dict) -> int:
-    "The base seed a result was run with (`lengthx reproduce --seed`): its settings' seed, or the first of its seeds."
-    S = rec["settings"]
-    return int(S["seed"]) if "seed" in S else int((S.get("seeds") or [0])[0])
+    "The base seed a result was run with (`lengthx reproduce --seed`): its settings' seed, else the seed its provenance records, else the first of its settings' seeds, else 0."
+    S, p = rec.get("settings") or {}, rec.get("provenance") or {}
+    if "seed" in S: return int(S["seed"])
+    return int(p["seed"]) if isinstance(p.get("seed"), int) else int((S.get("seeds") or [0])[0])
 
 
 def pick(recs: Sequence[dict], unit: str, preset: str = "cpu", gpu: Optional[bool] = False,
@@ -282,11 +321,11 @@ def pick(recs: Sequence[dict], unit: str, preset: str = "cpu", gpu: Optional[boo
     "The newest result of `unit` at `preset` run with base `seed` (None: any; gpu: True only GPU, False only CPU, None either); None if none."
     ok = [r for r in recs if r["unit"] == unit and r["preset"] == preset and (seed is None or result_seed(r) == seed)
           and (gpu is None or (device_of(r) != "cpu") == gpu)]
-    return max(ok, key=lambda r: r["provenance"].get("time", "")) if ok else None
+    return max(ok, key=lambda r: recorded_at(r["provenance"])) if ok else None
 
 # %% ../nbs/55_results.ipynb #68f85e0a
 def attest(rec: dict, sha: str, repo: Union[str, Path] = ".") -> dict:
-    "Name commit `sha` as a result's code when its source hash equals that commit's lengthx/*.py (for a machine whose own git metadata was stale); the machine's own git fields are kept as `device_git`."
+    "Name commit `sha` as a result's code when its source hash equals that commit's lengthx/*.py (for a tree whose own git metadata did not match its files); the machine's own git fields are kept as `device_git`."
     p = rec["provenance"]
     want = source_sha256_at(sha, repo)
     if p.get("source_sha256") != want:
@@ -300,51 +339,14 @@ def attest(rec: dict, sha: str, repo: Union[str, Path] = ".") -> dict:
 # %% ../nbs/55_results.ipynb #fe56648b
 #| code-fold: true
 DETAIL_PREFIX = "Made from:"   # the line with hashes: the site folds it under "Provenance"
-
-
-def _state_text(p: dict) -> str:
-    "How the code that made a result is pinned: a clean commit, an attested one, or uncommitted changes."
-    if p.get("git_dirty"): return "uncommitted changes"
-    if p.get("attested"): return "a commit attested by its source hash"
-    return "a clean commit" if p.get("git_dirty") is False else "a commit whose state was not recorded"
+STATE_TEXT = {"clean": "a clean commit", "attested": "a commit attested by its source hash", "dirty": "uncommitted changes",
+              "unrecorded": "a commit whose state was not recorded", "no git": "code outside a git checkout"}
 
 
 def code_state(p: dict) -> str:
-    "One word for the state of the code that made a result: clean, attested, dirty, or unrecorded."
-    return ("dirty" if p.get("git_dirty") else "attested" if p.get("attested") else
-            "clean" if p.get("git_dirty") is False else "unrecorded")
-
-
-def provenance_line(rec: dict) -> str:
-    "One line a reader can use: the command that remakes a result, how long it took, on what, when, from what code."
-    p = rec["provenance"]
-    res = rec.get("result")
-    n = res["threads"] if isinstance(res, dict) and isinstance(res.get("threads"), int) else p.get("threads", "?")   # a unit that sets its own threads says so in its result
-    dev = device_of(rec)
-    where = f"{n} CPU thread{'' if n == 1 else 's'}" if dev == "cpu" else dev
-    took = f"{p['wall_seconds'] / 60:.1f} min on " if isinstance(p.get("wall_seconds"), (int, float)) else "on "
-    day = str(p.get("time", "?")).split(" ")[0]
-    part = res.get("partial") if isinstance(res, dict) else None   # a resumable unit's finished methods so far
-    what = "method-and-length columns" if isinstance(part, dict) and any("@" in x for x in part["finished"]) else "methods"
-    done = (f", its finished {what} so far ({len(part['finished'])} of {len(part['finished']) + len(part['left'])})"
-            if isinstance(part, dict) else "")
-    seed = p.get("seed") or 0   # the base seed the command was given (`--seed`), as recorded
-    flag = f" --seed {seed}" if seed else ""
-    return (f"{rec['unit']} ({rec['preset']}): made by `lengthx reproduce --budget {rec['preset']} --only {rec['unit']}{flag}`{done}, "
-            f"{took}{where}{_kernel_text(p.get('execution'))}, {day}, from {_state_text(p)}")
-
-
-def provenance_detail(rec: dict) -> str:
-    "The maintainer's line: commit, state, source hash, torch and the exact time (pages fold it under a detail)."
-    p = rec["provenance"]
-    sha = (p.get("git_sha") or "")[:10] or "no git"
-    state = ("uncommitted changes" + (f", diff sha256 {p['git_diff_sha256'][:10]}" if p.get("git_diff_sha256") else "")
-             if p.get("git_dirty") else "attested by source hash" if p.get("attested") else "clean"
-             if p.get("git_dirty") is False else "clean state not recorded")
-    src = f", source sha256 {p['source_sha256'][:10]}" if p.get("source_sha256") else ""
-    version = f"lengthx {p['lengthx']} at " if p.get("lengthx") else "commit "
-    return (f"{DETAIL_PREFIX} {rec['unit']} ({rec['preset']}) by {version}{sha} ({state}{src}); torch {p.get('torch', '?')}, "
-            f"{p.get('time', '?')}")
+    "One word for the state of the code that made a result (a key of `STATE_TEXT`): clean, attested, dirty, unrecorded, or no git."
+    return ("dirty" if p.get("git_dirty") else "attested" if p.get("attested") else "clean" if p.get("git_dirty") is False
+            else "unrecorded" if p.get("git_sha") else "no git")
 
 
 def _kernel_text(ex: Optional[dict]) -> str:
@@ -355,10 +357,50 @@ def _kernel_text(ex: Optional[dict]) -> str:
     return ", DAPE kernel fused" if cpu == "loaded" else ", DAPE kernel unavailable" if cpu.startswith("unavailable") else ""
 
 
-def results_overview(recs: Sequence[dict]) -> str:
-    "A markdown table of every result found, oldest first: budget, device, unit, the state of its code (`code_state`), when, file."
-    rows = ["| preset | device | unit | code | made | file |", "|---|---|---|---|---|---|"]
-    for r in sorted(recs, key=lambda r: (str(r["provenance"].get("time", "")), r["unit"])):
+def provenance_line(rec: dict) -> str:
+    "One line a reader can use: the command that remakes a result, how long it took, on what, when (UTC day), from what code."
+    p, res = rec["provenance"], rec.get("result")
+    n = res["threads"] if isinstance(res, dict) and isinstance(res.get("threads"), int) else p.get("threads", "?")   # a unit that sets its own threads says so in its result
+    dev = device_of(rec)
+    where = f"{n} CPU thread{'' if n == 1 else 's'}" if dev == "cpu" else dev
+    took = f"{p['wall_seconds'] / 60:.1f} min on " if isinstance(p.get("wall_seconds"), (int, float)) else "on "
+    day = recorded_at(p).date().isoformat() if p.get("time") else "?"
+    part = res.get("partial") if isinstance(res, dict) else None   # a resumable unit's finished methods so far
+    what = "method-and-length columns" if isinstance(part, dict) and any("@" in x for x in part["finished"]) else "methods"
+    done = (f", its finished {what} so far ({len(part['finished'])} of {len(part['finished']) + len(part['left'])})"
+            if isinstance(part, dict) else "")
+    seed = result_seed(rec)   # the base seed (`--seed`), from the one source `pick` reads too
+    flag = f" --seed {seed}" if seed else ""
+    return (f"{rec['unit']} ({rec['preset']}): made by `lengthx reproduce --budget {rec['preset']} --only {rec['unit']}{flag}`{done}, "
+            f"{took}{where}{_kernel_text(p.get('execution'))}, {day}, from {STATE_TEXT[code_state(p)]}")
+
+# %% ../nbs/55_results.ipynb #69e96605
+#| code-fold: true
+def provenance_detail(rec: dict) -> str:
+    "The maintainer's line: commit, state, source hash, torch and the exact time (pages fold it under a detail)."
+    p = rec["provenance"]
+    sha = (p.get("git_sha") or "")[:10] or "no git"
+    diff = f", diff sha256 {p['git_diff_sha256'][:10]}" if p.get("git_diff_sha256") else ""
+    state = {"dirty": "uncommitted changes" + diff, "attested": "attested by source hash", "clean": "clean",
+             "unrecorded": "clean state not recorded", "no git": "no checkout"}[code_state(p)]
+    src = f", source sha256 {p['source_sha256'][:10]}" if p.get("source_sha256") else ""
+    version = f"lengthx {p['lengthx']} at " if p.get("lengthx") else "commit "
+    return (f"{DETAIL_PREFIX} {rec['unit']} ({rec['preset']}) by {version}{sha} ({state}{src}); torch {p.get('torch', '?')}, "
+            f"{p.get('time', '?')}")
+
+
+def present_source_sha256() -> str:
+    "`source_sha256` of the imported package's lengthx/**.py as they are now: the hash a result made now would record."
+    pkg = Path(lengthx.__file__).resolve().parent
+    return source_sha256({q.relative_to(pkg).as_posix(): q.read_bytes() for q in pkg.rglob("*.py")})
+
+
+def results_overview(recs: Sequence[dict], present: Optional[str] = None) -> str:
+    "A markdown table of every result found, oldest first: budget, device, unit, the state of its code (`code_state`), whether that code is the present package's (source hash `present`, default `present_source_sha256()`), when, file."
+    present = present_source_sha256() if present is None else present
+    rows = ["| preset | device | unit | code | same code now | made | file |", "|---|---|---|---|---|---|---|"]
+    for r in sorted(recs, key=lambda r: (recorded_at(r["provenance"]), r["unit"])):
         p = r["provenance"]
-        rows.append(f"| {r['preset']} | {device_of(r)} | {r['unit']} | {code_state(p)} | {p.get('time', '?')} | {Path(r['file']).name} |")
+        same = "yes" if p.get("source_sha256") == present else "no"
+        rows.append(f"| {r['preset']} | {device_of(r)} | {r['unit']} | {code_state(p)} | {same} | {p.get('time', '?')} | {Path(r['file']).name} |")
     return "\n".join(rows)

@@ -185,3 +185,103 @@ def test_the_provenance_line_names_the_base_seed_a_result_was_made_with():
     plain = {**RESULT, "provenance": {**RESULT["provenance"], "seed": 0}}
     assert "`lengthx reproduce --budget cpu --only main`" in R.provenance_line(plain)
     assert "--seed" not in R.provenance_line(RESULT)   # a record without a seed is the default run
+
+
+def test_the_command_line_offers_exactly_the_units_the_results_know():
+    "cli keeps its own copy of UNITS, so that its parser is built without importing torch: the copy must equal the original."
+    from lengthx import cli
+    assert tuple(cli.UNITS) == tuple(R.UNITS)
+
+
+def test_a_link_where_a_result_is_written_is_replaced_never_written_through(tmp_path):
+    (tmp_path / "other.json").write_text("{}")
+    (tmp_path / "main_cpu.json").symlink_to(tmp_path / "other.json")
+    R.write_results(tmp_path / "main_cpu.json", RESULT)
+    assert not (tmp_path / "main_cpu.json").is_symlink() and (tmp_path / "other.json").read_text() == "{}"
+    assert R.read_results(tmp_path / "main_cpu.json")["settings"] == RESULT["settings"]
+
+
+def _serve(folder: Path, **steps: int) -> str:
+    "Serve one result per name (settings steps=n) and their manifest from `folder`; its file:// URL."
+    folder.mkdir(exist_ok=True)
+    for old in folder.glob("*.json"): old.unlink()
+    for name, n in steps.items(): R.write_results(folder / name, {**RESULT, "settings": {"steps": n}})
+    (folder / R.MANIFEST).write_text(R.manifest_text(folder))
+    return folder.as_uri()
+
+
+def test_committed_results_from_a_file_url_are_refreshed_removed_and_never_stale(tmp_path):
+    served, cache = tmp_path / "served", tmp_path / "cache"
+    url = _serve(served, **{"main_cpu.json": 1, "cot_cpu.json": 2})
+    assert R.committed_results(cache, url) == cache and R.read_results(cache / "main_cpu.json")["settings"] == {"steps": 1}
+    _serve(served, **{"main_cpu.json": 3})                        # remade, and cot no longer committed
+    R.committed_results(cache, url)
+    assert R.read_results(cache / "main_cpu.json")["settings"] == {"steps": 3}
+    assert sorted(p.name for p in cache.glob("*.json")) == ["main_cpu.json"]
+    _serve(served, **{"main_cpu.json": 4}); (served / "main_cpu.json").unlink()   # remade, but unfetchable: said, the old copy dropped
+    with pytest.warns(UserWarning, match=r"1 of the 1 committed result files could not be fetched .* main_cpu\.json"):
+        R.committed_results(cache, url)
+    assert list(cache.glob("*.json")) == []
+
+
+def test_with_no_manifest_the_warning_says_what_can_be_read(tmp_path):
+    url = _serve(tmp_path / "served", **{"main_cpu.json": 1})
+    R.committed_results(tmp_path / "cache", url)
+    with pytest.warns(UserWarning, match="reading the 1 result files fetched before"):
+        R.committed_results(tmp_path / "cache", (tmp_path / "nowhere").as_uri())
+    with pytest.warns(UserWarning, match="no result file was ever fetched, so none can be read"):
+        R.committed_results(tmp_path / "empty", (tmp_path / "nowhere").as_uri())
+
+
+def test_an_untracked_module_in_the_package_is_uncommitted_code(tmp_path, monkeypatch):
+    "source_sha256 hashes every lengthx/**.py, so a module git does not track makes the record dirty, never 'a clean commit'."
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], capture_output=True, text=True, check=True).stdout
+    git("init", "-q"); (tmp_path / "lengthx").mkdir(); (tmp_path / "lengthx" / "a.py").write_text("x = 1\n")
+    git("add", "."); git("-c", "user.name=x", "-c", "user.email=x@x", "commit", "-qm", "one")
+    clean = {"lengthx": "0", "source_sha256": "s" * 64, "git_sha": "c" * 40, "git_dirty": False, "git_diff_sha256": None}
+    monkeypatch.setattr(R, "package_provenance", lambda: dict(clean))
+    monkeypatch.setattr(R, "lengthx_checkout", lambda: tmp_path)
+    assert R.provenance()["git_dirty"] is False and R.code_state(R.provenance()) == "clean"
+    (tmp_path / "lengthx" / "new.py").write_text("y = 2\n")     # imported by the package, never added
+    p = R.provenance()
+    assert p["git_dirty"] is True and p["git_untracked"] == ["lengthx/new.py"] and R.code_state(p) == "dirty"
+    with pytest.raises(ValueError, match="untracked lengthx/new.py"):
+        R.check_clean(allow_dirty=False, p=p)
+
+
+def test_times_are_utc_with_their_offset_and_ordered_by_the_moment():
+    t = R.provenance()["time"]
+    assert t.endswith("+00:00") and R.recorded_at({"time": t}).utcoffset().total_seconds() == 0
+    east = {**RESULT, "provenance": {**RESULT["provenance"], "time": "2026-01-02T05:00:00+02:00"}}   # 03:00 UTC
+    plain = {**RESULT, "provenance": {**RESULT["provenance"], "time": "2026-01-02 04:00:00"}}        # no zone: read as UTC
+    assert R.pick([plain, east], "main") is plain and R.pick([east, plain], "main") is plain
+    rows = R.results_overview([{**east, "file": "a.json"}, {**plain, "file": "b.json"}], "x").splitlines()[2:]
+    assert [r.rsplit(" | ", 1)[1] for r in rows] == ["a.json |", "b.json |"]
+    assert "2026-01-02, from" in R.provenance_line(east)
+
+
+def test_the_overview_marks_results_made_by_other_code_than_the_present():
+    now = R.present_source_sha256()
+    recs = [{**RESULT, "unit": u, "file": f"{u}_cpu.json", "provenance": {**RESULT["provenance"], "source_sha256": h}}
+            for u, h in (("main", now), ("cot", "0" * 64))]
+    rows = {r.split(" | ")[2]: r.split(" | ")[4] for r in R.results_overview(recs).splitlines()[2:]}
+    assert rows == {"main": "yes", "cot": "no"}
+
+
+def test_the_code_state_words_and_lines_come_from_one_place():
+    "No commit recorded (an install outside a checkout) reads as such, never as 'a commit whose state was not recorded'."
+    none = {**RESULT, "provenance": {"git_sha": None, "git_dirty": None}}
+    assert R.code_state(none["provenance"]) == "no git" and R.provenance_line(none).endswith("from code outside a git checkout")
+    assert "(no checkout" in R.provenance_detail(none)
+    unrec = {**RESULT, "provenance": {"git_sha": "a" * 40}}
+    assert R.provenance_line(unrec).endswith("from a commit whose state was not recorded")
+    for p in ({"git_dirty": True}, {"git_dirty": False, "attested": "x"}, {"git_dirty": False}, {"git_sha": "a"}, {}):
+        assert R.provenance_line({**RESULT, "provenance": p}).endswith(R.STATE_TEXT[R.code_state(p)])
+
+
+def test_the_provenance_line_and_pick_read_the_same_seed():
+    "A record whose settings name seed 2 is picked as seed 2, and its line remakes it with --seed 2."
+    rec = {**RESULT, "settings": {"seed": 2}}
+    assert R.pick([rec], "main", seed=2) is rec and "--seed 2`" in R.provenance_line(rec)
+    cost = {**RESULT, "unit": "cost", "settings": {}, "provenance": {**RESULT["provenance"], "seed": 3}}   # no seed in settings
+    assert R.result_seed(cost) == 3 and R.pick([cost], "cost", seed=3) is cost and "--seed 3`" in R.provenance_line(cost)
