@@ -34,10 +34,7 @@ from .tasks import che_tasks, evaluate_mod
 
 # %% auto #0
 __all__ = ['EXERCISES', 'KINDS', 'Fail', 'NotAttempted', 'Exercise', 'autograded', 'written', 'known', 'get', 'solution',
-           'Verdict', 'check', 'grade', 'mistake', 'mistakes', 'attend', 'sinusoidal', 'rope_rotate_half',
-           'layout_permutation', 'xpos_scale', 'ntk_inv_freq', 'alibi_bias', 'cpd_anchor_matrix', 'log3_counterexample',
-           'fire_distance', 'randomized_positions', 'clip_bin_mass', 'band_blocks', 'segment_positions', 'dape_logits',
-           'causal_key_conv', 'last_k_windows', 'solve_modular_arithmetic', 'mqar_targets', 'exercise_table']
+           'Verdict', 'check', 'grade', 'mistake', 'mistakes', 'exercise_table']
 
 # %% ../nbs/80_exercises.ipynb #18c4a098
 #| code-fold: true
@@ -294,7 +291,7 @@ def _ch1_causal(fn):
 @autograded("1.1", "01_attention", "Attention with no position: softmax(q·kᵀ/√d)·v and the causal mask",
             "attend(q: Tensor[..., T, d], k: Tensor[..., T, d], v: Tensor[..., T, d], causal: bool) -> Tensor[..., T, d]",
             (_ch1_equivariant, _ch1_causal, _ch1_reference))
-def attend(q: Tensor, k: Tensor, v: Tensor, causal: bool = False) -> Tensor:
+def _ref_attend(q: Tensor, k: Tensor, v: Tensor, causal: bool = False) -> Tensor:
     "softmax(q kᵀ/√d) v with no positional information; with `causal`, query i sees keys j ≤ i only."
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if causal:
@@ -347,7 +344,7 @@ def _ch2_shift(fn):
 @autograded("2.1", "02_absolute", "The sinusoidal table, interleaved sin/cos",
             "sinusoidal(pos: LongTensor[T], dim: int, base: float = 10000.0) -> Tensor[T, dim]",
             (_ch2_layout, _ch2_reference, _ch2_shift))
-def sinusoidal(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
+def _ref_sinusoidal(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
     "p_t: sin(t·ω_i) in dimension 2i and cos(t·ω_i) in 2i+1, with ω_i = base^(−2i/d)."
     w = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
     ang = pos.to(torch.float64)[:, None] * w
@@ -413,7 +410,7 @@ def _ch10_reference(fn):
 @autograded("10.1", "10_rope", "RoPE in the rotate-half (GPT-NeoX) layout",
             "rope_rotate_half(x: Tensor[..., T, d], pos: LongTensor[T], inv_freq: Tensor[d/2]) -> Tensor[..., T, d]",
             (_ch10_identity, _ch10_norm, _ch10_relative, _ch10_reference))
-def rope_rotate_half(x: Tensor, pos: Tensor, inv_freq: Tensor) -> Tensor:
+def _ref_rope_rotate_half(x: Tensor, pos: Tensor, inv_freq: Tensor) -> Tensor:
     "Rotate dimension i together with dimension i + d/2 by the angle pos·θ_i."
     ang = pos.to(torch.float64)[:, None] * inv_freq.to(torch.float64)     # [T, d/2]
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
@@ -446,7 +443,7 @@ def _ch10_perm_layouts(fn):
 
 @autograded("10.2", "10_rope", "The permutation between the interleaved and rotate-half layouts",
             "layout_permutation(d: int) -> list[int]", (_ch10_perm_valid, _ch10_perm_layouts), kind="derive")
-def layout_permutation(d: int) -> list[int]:
+def _ref_layout_permutation(d: int) -> list[int]:
     "The permutation π with rope_rotate_half(x[..., π]) = rope_interleaved(x)[..., π]."
     # π = [0, 2, 4, …, 1, 3, 5, …]: slot i takes dimension 2i, slot i + d/2 takes 2i + 1
     return list(range(0, d, 2)) + list(range(1, d, 2))
@@ -459,6 +456,12 @@ def _rope_interleaved_layout(x: Tensor, pos: Tensor, inv_freq: Tensor) -> Tensor
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     x1, x2 = x[..., 0::2], x[..., 1::2]                                   # the pairs (2i, 2i + 1)
     return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+
+
+@mistake("10.1", caught_by=_ch10_reference)
+def _rope_negative_angle(x: Tensor, pos: Tensor, inv_freq: Tensor) -> Tensor:
+    "a sign error in the rotation: the angle is −m·θ_i, which keeps the norm and the offset property"
+    return _rope_rotate_half(x, -pos, inv_freq)
 
 
 @mistake("10.2", caught_by=_ch10_perm_layouts)
@@ -513,7 +516,7 @@ def _ch11_relative(fn):
 @autograded("11.1", "11_xpos", "xPos's query scale ζ_i^(n/γ), with γ = scale_base = 512",
             "xpos_scale(pos: LongTensor[T], dim: int, scale_base: float = 512.0) -> Tensor[T, dim/2]",
             (_ch11_origin, _ch11_range, _ch11_relative, _ch11_reference))
-def xpos_scale(pos: Tensor, dim: int, scale_base: float = 512.0) -> Tensor:
+def _ref_xpos_scale(pos: Tensor, dim: int, scale_base: float = 512.0) -> Tensor:
     "ζ_i^(pos/γ) with ζ_i = (2i + 0.4d)/(1.4d): the factor on each rotated query pair."
     zeta = (torch.arange(0, dim, 2, dtype=torch.float64) + 0.4 * dim) / (1.4 * dim)
     return zeta ** (pos.to(torch.float64)[:, None] / scale_base)
@@ -562,7 +565,7 @@ def _ch12_reference(fn):
 @autograded("12.1", "12_context_extension", "NTK-aware inverse frequencies",
             "ntk_inv_freq(dim: int, base: float, scale: float) -> Tensor[dim/2]",
             (_ch12_identity, _ch12_ends, _ch12_reference))
-def ntk_inv_freq(dim: int, base: float, scale: float) -> Tensor:
+def _ref_ntk_inv_freq(dim: int, base: float, scale: float) -> Tensor:
     "θ_i under NTK-aware scaling by s: a new base for which the fastest pair keeps its speed and the slowest is slowed by s."
     new_base = base * scale ** (dim / (dim - 2))
     return new_base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
@@ -586,10 +589,34 @@ written("15.3", "15_ruler", "Effective length past SmolLM2's context, under two 
 
 # %% ../nbs/80_exercises.ipynb #ba074dd1
 #| code-fold: true
+def _ch20_causal_variant(b: Tensor) -> bool:
+    "True when, on the keys j ≤ i, b is −m_h·(i − j) plus a constant per row: causal ALiBi, or fairseq's m_h·j."
+    T = b.shape[-1]
+    low = torch.ones(T, T, dtype=torch.bool).tril()
+    d = b - b.diagonal(dim1=-2, dim2=-1)[..., :, None]                          # each row minus its diagonal entry
+    m = -d[:, 1, 0]
+    dist = (torch.arange(T)[:, None] - torch.arange(T)[None]).to(torch.float64)
+    return bool(torch.isfinite(d[..., low]).all() and (m > 0).all()
+                and torch.allclose(d[..., low], (-m[:, None, None] * dist)[..., low], atol=1e-6))
+
+
 def _ch20_shape_sign(fn):
     "bias[h, i, j] = −m_h·|i − j|: zero on the diagonal, negative elsewhere, linear in distance"
     what = "n_heads = 4, length = 6"
     b = _as_tensor(_call(fn, what, 4, 6), what, (4, 6, 6))
+    try:
+        _ch20_full_matrix(b, what)
+    except Fail:
+        if not _ch20_causal_variant(b): raise
+        raise Fail(f"for {what} your bias agrees with ALiBi on the keys j ≤ i up to a constant per row (e.g. bias[0] row 5 = "
+                   f"{_fmt(b[0, 5])}): causal ALiBi, with the entries above the diagonal masked, or fairseq's m_h·j, which the "
+                   "softmax cannot tell apart from it. This exercise asks for the full matrix chapter 20 defines, "
+                   "bias[h, i, j] = −m_h·|i − j|, symmetric and zero on the diagonal: the causal mask is applied by attention, "
+                   "not by the bias, and the same matrix serves an encoder that sees every key.") from None
+
+
+def _ch20_full_matrix(b: Tensor, what: str) -> None:
+    "Fail unless b is −m_h·|i − j|: zero diagonal, no positive entry, one slope per head times the distance."
     if (b.diagonal(dim1=-2, dim2=-1).abs() > 1e-9).any(): raise Fail(f"for {what} the diagonal is not zero: a token is at distance 0 from itself.")
     if (b > 1e-9).any():
         raise Fail(f"for {what} some entries are positive (e.g. bias[0] row 5 = {_fmt(b[0, 5])}). ALiBi is a penalty: "
@@ -618,7 +645,7 @@ def _ch20_reference(fn):
 @autograded("20.1", "20_t5_alibi", "ALiBi's bias tensor, for any number of heads",
             "alibi_bias(n_heads: int, length: int) -> Tensor[n_heads, length, length]",
             (_ch20_shape_sign, _ch20_pow2, _ch20_reference))
-def alibi_bias(n_heads: int, length: int) -> Tensor:
+def _ref_alibi_bias(n_heads: int, length: int) -> Tensor:
     "−m_h·|i − j| with the official slopes (geometric for 2^k heads, interleaved from 2^(k+1) otherwise)."
     def slopes(n: int) -> list[float]:
         if math.log2(n).is_integer(): return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
@@ -631,7 +658,7 @@ def alibi_bias(n_heads: int, length: int) -> Tensor:
 @mistake("20.1", caught_by=_ch20_shape_sign)
 def _alibi_wrong_sign(n_heads: int, length: int) -> Tensor:
     "a bonus for distance instead of a penalty"
-    return -alibi_bias(n_heads, length)
+    return -_ref_alibi_bias(n_heads, length)
 
 
 written("20.2", "20_t5_alibi", "Which distances share a T5 bucket? Prove the last bucket is open-ended", "derive")
@@ -659,7 +686,7 @@ def _ch21_values(fn):
     for n, seed in ((5, 210), (9, 211)):
         K = _ch21_sym(n, seed)
         what = f"a random symmetric {n}×{n} K (seed {seed})"
-        _close(_ch21_anchor(fn, K, what), cpd_anchor_matrix(K), what,
+        _close(_ch21_anchor(fn, K, what), _ref_cpd_anchor_matrix(K), what,
                hint="Substitute c_n = −Σ_{i<n} c_i into cᵀKc: all four terms appear, K_ij − K_in − K_jn + K_nn, "
                     "with the anchor at the LAST point (index n − 1) and i, j over the first n − 1 points.")
 
@@ -704,7 +731,7 @@ def _ch21_margin(fn):
 
 @autograded("21.1", "21_kerple", "Test CPD without a projector: the anchored matrix on n − 1 points",
             "cpd_anchor_matrix(K: Tensor[n, n]) -> Tensor[n-1, n-1]", (_ch21_values, _ch21_symmetric, _ch21_kernels, _ch21_margin))
-def cpd_anchor_matrix(K: Tensor) -> Tensor:
+def _ref_cpd_anchor_matrix(K: Tensor) -> Tensor:
     "The (n−1)×(n−1) matrix M, anchored at the last point, with cᵀKc = c'ᵀMc' for every sum-zero c: K is CPD iff M is PSD."
     # M_ij = K_ij − K_in − K_jn + K_nn for i, j < n (substitute c_n = −Σ_{i<n} c_i into cᵀKc)
     K = K.to(torch.float64)
@@ -736,7 +763,7 @@ def _ch21_counter(fn):
 @autograded("21.2", "21_kerple", "A counterexample: the 3-parameter log kernel is not CPD for r₃ > 2",
             "log3_counterexample(r1: float, r2: float, r3: float) -> tuple[Tensor[n], Tensor[n]]   # points x, sum-zero weights c",
             (_ch21_counter,), kind="derive")
-def log3_counterexample(r1: float, r2: float, r3: float) -> tuple[Tensor, Tensor]:
+def _ref_log3_counterexample(r1: float, r2: float, r3: float) -> tuple[Tensor, Tensor]:
     "Points x and sum-zero weights c with cᵀKc < 0 for K = −r1·log(1 + r2|x_i − x_j|^r3), r3 > 2."
     # x = (0, s, 2s), c = (1, −2, 1): cᵀKc = r1[8 log(1 + a) − 2 log(1 + 2^r3 a)] with a = r2 s^r3,
     # which is < 0 for a = min(1, (2^r3 − 4)/12)
@@ -808,7 +835,7 @@ def _ch22_reference(fn):
 @autograded("22.1", "22_sandwich_fire", "FIRE's normalized distance ψ(i − j)/ψ(max(i, L))",
             "fire_distance(i: Tensor, j: Tensor, c: float, L: float) -> Tensor (i and j broadcast)",
             (_ch22_diag_range, _ch22_threshold, _ch22_reference))
-def fire_distance(i: Tensor, j: Tensor, c: float, L: float) -> Tensor:
+def _ref_fire_distance(i: Tensor, j: Tensor, c: float, L: float) -> Tensor:
     "ψ(i − j)/ψ(max(i, L)) with ψ(x) = log(1 + |c·x|): distance as a fraction of the (thresholded) query position."
     psi = lambda x: torch.log1p((c * x).abs())
     i, j = i.to(torch.float64), j.to(torch.float64)
@@ -907,7 +934,7 @@ def _ch23_too_long(fn):
 @autograded("23.1", "23_randomized", "Sorted random positions from a longer range",
             "randomized_positions(length: int, max_len: int, generator: torch.Generator) -> LongTensor[length]",
             (_ch23_basic, _ch23_marginal, _ch23_subsets, _ch23_generator, _ch23_too_long))
-def randomized_positions(length: int, max_len: int, generator: torch.Generator) -> Tensor:
+def _ref_randomized_positions(length: int, max_len: int, generator: torch.Generator) -> Tensor:
     "`length` distinct positions, uniformly without replacement from range(max_len), sorted."
     if length > max_len: raise ValueError(f"cannot draw {length} distinct positions from range({max_len})")
     return torch.randperm(max_len, generator=generator)[:length].sort().values
@@ -987,7 +1014,7 @@ def _ch24_reference(fn):
 @autograded("24.1", "24_learned_relative", "How much weight collapses into Shaw's clipped bins",
             "clip_bin_mass(weights: Tensor[B, H, T, T], k: int) -> Tensor[B, H, T, 2k+1]",
             (_ch24_sums, _ch24_uniform, _ch24_one_hot, _ch24_reference))
-def clip_bin_mass(weights: Tensor, k: int) -> Tensor:
+def _ref_clip_bin_mass(weights: Tensor, k: int) -> Tensor:
     "Σ_{j: c_ij = c} α_ij per bin c = clip(j − i, −k, k) + k: the weight each query gives each of Shaw's 2k + 1 vectors."
     T = weights.shape[-1]
     pos = torch.arange(T)
@@ -1043,7 +1070,7 @@ def _ch25_diag(fn):
 
 
 def _ch25_count(fn):
-    "each query block visits at most ⌈(w − 1)/block⌉ + 1 key blocks, contiguous and ending at its own"
+    "query block a visits exactly the key blocks a − ⌈(w − 1)/B⌉ … a (from block 0 near the start), B = block"
     for T, w, block in ((64, 9, 8), (64, 8, 8), (60, 20, 16), (50, 5, 4)):
         got = _ch25_blocks(fn, T, w, block)
         cap = -(-(w - 1) // block) + 1
@@ -1060,13 +1087,13 @@ def _ch25_reference(fn):
     "matches the blocks in which the dense band mask has any True"
     for T, w, block in ((37, 6, 5), (45, 18, 8), (32, 17, 8), (9, 4, 16), (40, 40, 7)):
         what = f"T = {T}, w = {w}, block = {block}"
-        _close(_ch25_blocks(fn, T, w, block).double(), band_blocks(T, w, block).double(), what)
+        _close(_ch25_blocks(fn, T, w, block).double(), _ref_band_blocks(T, w, block).double(), what)
 
 
 @autograded("25.1", "25_window", "The blocks a band kernel must visit, and the ones it skips",
             "band_blocks(T: int, w: int, block: int) -> BoolTensor[nb, nb]   # nb = ⌈T/block⌉, [query block, key block]",
             (_ch25_full, _ch25_diag, _ch25_count, _ch25_reference))
-def band_blocks(T: int, w: int, block: int) -> Tensor:
+def _ref_band_blocks(T: int, w: int, block: int) -> Tensor:
     "Block (a, b) is visited iff some query i in a and key j in b have 0 ≤ i − j < w (the dense band, reduced per block)."
     nb = -(-T // block)
     pos = torch.arange(nb * block)
@@ -1151,7 +1178,7 @@ def _ch30_reference(fn):
 @autograded("30.1", "30_bipe", "BiPE's segment ids and intra-segment positions",
             "segment_positions(ids: LongTensor[B, T], sep_ids: tuple[int, ...]) -> tuple[LongTensor[B, T], LongTensor[B, T]]",
             (_ch30_worked, _ch30_edges, _ch30_prefix, _ch30_reference))
-def segment_positions(ids: Tensor, sep_ids: tuple) -> tuple[Tensor, Tensor]:
+def _ref_segment_positions(ids: Tensor, sep_ids: tuple) -> tuple[Tensor, Tensor]:
     "(intra, inter): inter = separators strictly before t; intra = tokens since the last separator before t."
     sep = torch.isin(ids, torch.tensor(list(sep_ids), dtype=ids.dtype)).long()
     inter = sep.cumsum(-1) - sep
@@ -1233,7 +1260,7 @@ def _ch40_mixes_heads(fn):
             "dape_logits(S: Tensor[B, H, T, T], bias: Tensor[H, T, T], W1: Tensor[D, 2H], b1: Tensor[D], "
             "W2: Tensor[H, D], b2: Tensor[H]) -> Tensor[B, H, T, T]",
             (_ch40_pointwise, _ch40_mixes_heads, _ch40_reference))
-def dape_logits(S: Tensor, bias: Tensor, W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor) -> Tensor:
+def _ref_dape_logits(S: Tensor, bias: Tensor, W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor) -> Tensor:
     "Equation 3: S + B + W2·LeakyReLU(W1·[S; B] + b1) + b2, the MLP acting on the head axis at each (i, j)."
     x = torch.cat([S, bias.expand_as(S)], dim=1)                                   # [B, 2H, T, T]
     h = F.leaky_relu(torch.einsum("dc,bcqk->bdqk", W1, x) + b1[:, None, None], 0.01)
@@ -1243,7 +1270,7 @@ def dape_logits(S: Tensor, bias: Tensor, W1: Tensor, b1: Tensor, W2: Tensor, b2:
 @mistake("40.1", caught_by=_ch40_reference)
 def _dape_no_residual(S: Tensor, bias: Tensor, W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor) -> Tensor:
     "returns f(S, B) without S + B"
-    return dape_logits(S, bias, W1, b1, W2, b2) - S - bias
+    return _ref_dape_logits(S, bias, W1, b1, W2, b2) - S - bias
 
 
 written("40.2", "40_dape", "Show that DAPE can rescale an ALiBi head's slope by the content, and what it cannot express", "derive")
@@ -1292,7 +1319,7 @@ def _ch41_reference(fn):
 @autograded("41.1", "41_cdape", "CDAPE's convolution on the lower-triangular score map",
             "causal_key_conv(x: Tensor[B, C, T, T], weight: Tensor[C_out, C, 1, k], bias: Tensor[C_out]) -> Tensor[B, C_out, T, T]",
             (_ch41_no_leak, _ch41_rows, _ch41_reference))
-def causal_key_conv(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+def _ref_causal_key_conv(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     "CDAPE's 1×k convolution along the key axis of a causal score map, the same size out, no future pixel reaching a visible one."
     # zero the future pixels (tril) first, then convolve with padding k//2 along keys
     T = x.shape[-1]
@@ -1306,6 +1333,14 @@ def _conv_no_tril(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     return F.conv2d(x, weight, bias, padding=(0, weight.shape[-1] // 2))
 
 
+@mistake("41.1", caught_by=_ch41_no_leak)
+def _conv_mask_after(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    "masks the output (tril after the convolution) instead of the input: visible pixels have already read future keys"
+    T = x.shape[-1]
+    out = F.conv2d(x, weight, bias, padding=(0, weight.shape[-1] // 2))
+    return out.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=x.device).tril(), 0.0)
+
+
 written("41.2", "41_cdape", "Build by hand a 1×3 kernel that shifts attention one key to the right (Proposition 3)", "derive")
 written("41.3", "41_cdape", "Predict ΔP for NoPE with and without CDAPE, then measure it", "experiment")
 
@@ -1316,7 +1351,7 @@ written("43.2", "43_dape_fast", "Predict the forward's gain from the block's per
 
 # %% ../nbs/80_exercises.ipynb #f8ac0ae3
 #| code-fold: true
-_WIN_CASES = ((10_000, 512, 256, 16), (10_000, 128, 256, 16), (1000, 100, 32, 4), (300, 200, 256, 16), (102, 100, 50, 16))
+_WIN_CASES = ((10_000, 512, 256, 16), (10_000, 128, 128, 16), (1000, 100, 32, 4), (300, 200, 200, 16), (102, 100, 50, 16))
 
 
 def _windows(fn, n, L, k, w):
@@ -1340,14 +1375,14 @@ def _ch53_fit(fn):
 
 
 def _ch53_scored(fn):
-    "each window scores its last min(k, length) targets"
+    "each window scores its last k targets (k ≤ length)"
     for case in _WIN_CASES:
         wins, what = _windows(fn, *case)
         L, k = case[1], case[2]
         for s, f in wins:
-            if L - f != min(k, L):
-                raise Fail(f"for {what} window ({s}, {f}) scores {L - f} targets; it should score the last min(k, length) = "
-                           f"{min(k, L)}, i.e. scored_from = length − min(k, length) = {L - min(k, L)}.")
+            if L - f != k:
+                raise Fail(f"for {what} window ({s}, {f}) scores {L - f} targets; it should score the last k = {k}, "
+                           f"i.e. scored_from = length − k = {L - k}.")
 
 
 def _ch53_reference(fn):
@@ -1355,30 +1390,46 @@ def _ch53_reference(fn):
     for case in _WIN_CASES:
         wins, what = _windows(fn, *case)
         n_tokens, length, k, n_windows = case
-        want = _last_k_windows(n_tokens, length, min(k, length), n_windows)   # the package refuses k > length
+        want = _last_k_windows(n_tokens, length, k, n_windows)
         if wins != want:
             raise Fail(f"for {what} got windows {_fmt(wins)} but expected {_fmt(want)}: n_windows starts at round(i·span/(n−1)) "
                        "with span = n_tokens − length − 1.")
 
 
-@autograded("53.1", "53_evaluate", "The last-k protocol's windows, scoring min(k, length) targets (the package refuses k > length)",
-            "last_k_windows(n_tokens: int, length: int, k: int, n_windows: int) -> list[tuple[int, int]]   # k > length: score all",
-            (_ch53_fit, _ch53_scored, _ch53_reference))
-def last_k_windows(n_tokens: int, length: int, k: int = 256, n_windows: int = 16) -> list[tuple[int, int]]:
-    "n_windows evenly spaced (start, scored_from) windows; each scores its last min(k, length) targets."
+def _ch53_refuses(fn):
+    "k > length is refused with an error (and k = length is not)"
+    _windows(fn, 1000, 100, 100, 4)                   # a function that always raises earns nothing here
+    what = "n_tokens = 1000, length = 100, k = 256, n_windows = 4"
+    try:
+        out = fn(1000, 100, 256, 4)
+    except NotImplementedError:
+        raise NotAttempted("your function raised NotImplementedError: it is still the stub.") from None
+    except Exception:
+        return
+    raise Fail(f"for {what} your function returned {_fmt(out)} instead of raising: a window of 100 inputs has only 100 "
+               "targets, so it cannot score its last 256. The package's last_k_windows refuses k > length with a ValueError "
+               "rather than scoring fewer targets than asked; do the same.")
+
+
+@autograded("53.1", "53_evaluate", "The last-k protocol's windows, each scoring its last k targets (k > length refused)",
+            "last_k_windows(n_tokens: int, length: int, k: int, n_windows: int) -> list[tuple[int, int]]   # k > length: ValueError",
+            (_ch53_fit, _ch53_scored, _ch53_reference, _ch53_refuses))
+def _ref_last_k_windows(n_tokens: int, length: int, k: int = 256, n_windows: int = 16) -> list[tuple[int, int]]:
+    "n_windows evenly spaced (start, scored_from) windows; each scores its last k targets, and k > length is refused."
+    if not 1 <= k <= length: raise ValueError(f"k = {k} must lie in 1..{length}: a window of {length} inputs has {length} targets")
     span = n_tokens - length - 1
     if span < 0: raise ValueError(f"need more than {length + 1} tokens for length {length}, have {n_tokens}")
     n = max(1, min(n_windows, span + 1))
     starts = [round(i * span / (n - 1)) for i in range(n)] if n > 1 else [0]
-    return [(s, length - min(k, length)) for s in starts]
+    return [(s, length - k) for s in starts]
 
 
-@mistake("53.1", caught_by=_ch53_scored)
-def _windows_score_k(n_tokens: int, length: int, k: int = 256, n_windows: int = 16) -> list[tuple[int, int]]:
-    "scored_from = length − k, negative when k > length (the starts are right)"
+@mistake("53.1", caught_by=_ch53_refuses)
+def _windows_clamp_k(n_tokens: int, length: int, k: int = 256, n_windows: int = 16) -> list[tuple[int, int]]:
+    "clamps k to the window length (scores min(k, length) targets) instead of refusing k > length"
     span = n_tokens - length - 1
     n = max(1, min(n_windows, span + 1))
-    return [(round(i * span / (n - 1)) if n > 1 else 0, length - k) for i in range(n)]
+    return [(round(i * span / (n - 1)) if n > 1 else 0, length - min(k, length)) for i in range(n)]
 
 
 written("53.2", "53_evaluate", "Count the scored tokens and the context each protocol gives them", "derive")
@@ -1429,7 +1480,7 @@ def _ch60_generator(fn):
 @autograded("60.1", "60_che", "A reference solver for modular arithmetic (no brackets)",
             "solve_modular_arithmetic(ids: list[int]) -> int   # ids 0–4 digits, 5 '+', 6 '-', 7 '*'",
             (_ch60_cases, _ch60_range, _ch60_generator))
-def solve_modular_arithmetic(ids: list[int]) -> int:
+def _ref_solve_modular_arithmetic(ids: list[int]) -> int:
     "The value mod 5 of a bracket-free expression over the digits 0–4 and + − *, as a class id in 0..4."
     # a sum of products: finish a term at + or −, multiply into it at *
     total, term, sign = 0, 1, 1
@@ -1486,7 +1537,7 @@ def _ch61_sample(fn):
 @autograded("61.1", "61_recall_arithmetic", "Multi-query associative recall: the targets",
             "mqar_targets(seq: list[int], n_keys: int) -> list[int]   # −100 where nothing is scored",
             (_ch61_hand, _ch61_sample))
-def mqar_targets(seq: list[int], n_keys: int) -> list[int]:
+def _ref_mqar_targets(seq: list[int], n_keys: int) -> list[int]:
     "At a repeated key, the value that followed its first occurrence; −100 at every other position."
     store, out = {}, []
     for t, tok in enumerate(seq):
@@ -1499,7 +1550,7 @@ def mqar_targets(seq: list[int], n_keys: int) -> list[int]:
 @mistake("61.1", caught_by=_ch61_hand)
 def _mqar_shifted(seq: list[int], n_keys: int) -> list[int]:
     "puts the answer one position late (on the value, as in the context)"
-    return [-100] + mqar_targets(seq, n_keys)[:-1]
+    return [-100] + _ref_mqar_targets(seq, n_keys)[:-1]
 
 
 written("61.2", "61_recall_arithmetic", "Count the states a causal model needs for recall, with and without position", "derive")

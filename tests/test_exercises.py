@@ -211,6 +211,17 @@ def bins_overwrite(weights, k):
     return weights.new_zeros(*weights.shape[:-1], 2 * k + 1).scatter_(-1, c.expand_as(weights), weights)
 
 
+def alibi_causal(n_heads, length):
+    "causal ALiBi: the entries above the diagonal masked to −inf"
+    b = E.solution("20.1")(n_heads, length)
+    return b.masked_fill(torch.ones(length, length, dtype=torch.bool).triu(1), float("-inf"))
+
+
+def alibi_fairseq(n_heads, length):
+    "fairseq's m_h·j: ALiBi on j ≤ i up to a constant per row"
+    return -E.solution("20.1")(n_heads, length)[:, :1, :].expand(n_heads, length, length).clone()
+
+
 def band_off_by_one(T, w, block):
     "0 ≤ i − j ≤ w: a window of w + 1 keys"
     return E.solution("25.1")(T, w + 1, block)
@@ -232,7 +243,7 @@ MORE_WRONG = {
     "10.2": [perm_inverse, perm_halves_swapped],
     "11.1": [xpos_key_factor],
     "12.1": [ntk_is_pi],
-    "20.1": [alibi_naive_slopes],
+    "20.1": [alibi_naive_slopes, alibi_causal, alibi_fairseq],
     "21.1": [anchor_submatrix, anchor_one_side],
     "21.2": [counter_two_points, counter_unit_spacing],
     "22.1": [fire_no_plus_one],
@@ -254,6 +265,8 @@ EXPECT = {
     "conv_no_tril": "tril", "conv_tril_after": "tril", "windows_overrun": "L + 1", "alibi_wrong_sign": "penalty",
     "ntk_exponent_one": "d/(d−2)", "sinusoidal_concat": "Interleave", "random_offset": "uniform", "random_wrapped": "subset", "random_stratified": "subset", "counter_not_sum_zero": "sum-zero", "counter_unit_spacing": "spacing", "perm_identity": "2i + 1", "bins_not_clipped": "far bin", "bins_sign_flipped": "j − i",
     "band_not_causal": "never seen", "band_off_by_one": "w − 1",
+    "rope_negative_angle": "−m·θ", "conv_mask_after": "tril", "windows_clamp_k": "refuses k > length",
+    "alibi_causal": "full matrix", "alibi_fairseq": "full matrix",
 }
 
 
@@ -426,3 +439,35 @@ def test_a_crash_passes_no_check(id):
     "A function that always crashes passes no property: a refusal is credited only after a pass on a valid input."
     def crash(*a, **k): raise RuntimeError("always")
     assert all(E._run_one(c, crash) is not None for c in E.get(id).checks)
+
+
+def test_reference_solutions_are_private():
+    "`from lengthx.exercises import *` hands out no answer and shadows no package function of the same name."
+    ns = {}
+    exec("from lengthx.exercises import *", ns)
+    for id in E.known(autograded_only=True):
+        ref = E.solution(id)
+        assert ref.__name__.startswith("_ref_"), ref.__name__
+        assert ref.__name__ not in E.__all__ and ref not in ns.values(), ref.__name__
+    for name in ("rope_rotate_half", "sinusoidal", "xpos_scale", "dape_logits", "segment_positions", "last_k_windows"):
+        assert name not in ns and not hasattr(E, name), name
+
+
+def test_last_k_windows_exercise_refuses_k_beyond_length():
+    "53.1 follows the package: k > length raises; the reference agrees with lengthx.evaluate.last_k_windows."
+    from lengthx.evaluate import last_k_windows
+    ref = E.solution("53.1")
+    with pytest.raises(ValueError): ref(1000, 100, 256, 4)
+    with pytest.raises(ValueError): last_k_windows(1000, 100, 256, 4)
+    assert ref(1000, 100, 100, 4) == last_k_windows(1000, 100, 100, 4)
+    clamps = lambda n, L, k=256, w=16: last_k_windows(n, L, min(k, L), w)
+    verdicts = E.grade("53.1", clamps)
+    assert [v.holds for v in verdicts] == [True, True, True, False] and "refuses k > length" in verdicts[-1].message
+
+
+def test_alibi_causal_variants_are_told_why_the_full_matrix():
+    "Causal ALiBi and fairseq's row-shifted form fail 20.1 with a message that says the full symmetric matrix is asked."
+    for wrong in (alibi_causal, alibi_fairseq):
+        first = next(v for v in E.grade("20.1", wrong) if not v.holds)
+        assert "full matrix chapter 20 defines" in first.message, first.message
+    assert "penalty" in E.grade("20.1", E.mistakes("20.1")[0])[0].message     # a sign error keeps its own message
