@@ -219,8 +219,7 @@ def causal_key_conv(x, weight, bias):
 
 passed = check("41.1", causal_key_conv)""")
 
-EX["53_evaluate"] = ("""**Exercise 53.1** (implement, ★, autograded). Write `last_k_windows(n_tokens, length, k, n_windows)` returning the `(start, scored_from)` windows of the last-k protocol: `n_windows` starts spaced evenly from 0 to `n_tokens − length − 1` (rounded), each scoring its last $\\min(k, \\text{length})$ targets. (The exercise's function clamps $k$ to the window length,
-where the package's `last_k_windows` refuses a $k$ longer than the window with a one-line error.) The grader checks that every window and its targets fit in the stream, the number scored, and the windows themselves.
+EX["53_evaluate"] = ("""**Exercise 53.1** (implement, ★, autograded). Write `last_k_windows(n_tokens, length, k, n_windows)` returning the `(start, scored_from)` windows of the last-k protocol: `n_windows` starts spaced evenly from 0 to `n_tokens − length − 1` (rounded), each scoring its last $k$ targets; like the package's `last_k_windows`, raise a `ValueError` when $k$ is longer than the window. The grader checks that every window and its targets fit in the stream, the number scored, the windows themselves, and the refusal.
 
 **Exercise 53.2** (derive, ★★). For a stream of $n$ tokens and window length $L$, count the tokens each protocol scores and the context each scored token has: nonoverlap (mean context $(L-1)/2$), sliding with stride $s$ (at least $L - s$ after the first window), last-k (at least $L - k$). Which protocol's perplexity is lowest for the same model, and by which argument? Why do the protocols disagree most beyond the training length?
 
