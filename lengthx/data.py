@@ -25,13 +25,13 @@ from torch import Tensor
 
 # %% auto #0
 __all__ = ['SPLITS', 'SPLIT_PERCENT', 'SKIP_DIRS', 'TEXT_SUFFIXES', 'EOT_TEXT', 'TOKENS_FORMAT', 'HF_CORPORA', 'CORPORA',
-           'stdlib_root', 'split_of', 'stdlib_files', 'DataWarning', 'decode_utf8', 'stdlib_corpus', 'corpus_info',
-           'text_file_corpus', 'ByteTokenizer', 'BPETokenizer', 'default_cache_dir', 'atomic_write_bytes',
-           'open_regular', 'read_regular', 'corpus_cache_key', 'tensor_sha256', 'read_token_cache', 'cached_tokens',
-           'corpus_tokens', 'encode_corpus', 'get_batch', 'step_generator', 'batch_at', 'HFSource', 'hf_source',
-           'wikitext_articles', 'hf_documents', 'hf_cache_key', 'hf_tokens', 'load_tokens', 'check_cache_dir',
-           'check_corpus', 'corpus_split', 'LockedError', 'atomic_write_json', 'open_own_file', 'append_bytes',
-           'save_figure', 'exclusive_lock']
+           'HF_MAX_BYTES', 'stdlib_root', 'split_of', 'stdlib_files', 'DataWarning', 'decode_utf8', 'stdlib_corpus',
+           'corpus_info', 'text_file_corpus', 'ByteTokenizer', 'BPETokenizer', 'default_cache_dir',
+           'atomic_write_bytes', 'open_regular', 'read_regular', 'corpus_cache_key', 'tensor_sha256',
+           'read_token_cache', 'cached_tokens', 'corpus_tokens', 'encode_corpus', 'get_batch', 'step_generator',
+           'batch_at', 'HFSource', 'hf_source', 'wikitext_articles', 'hf_documents', 'hf_cache_key', 'hf_tokens',
+           'load_tokens', 'check_cache_dir', 'check_corpus', 'corpus_split', 'LockedError', 'atomic_write_json',
+           'open_own_file', 'append_bytes', 'save_figure', 'exclusive_lock']
 
 # %% ../nbs/51_data.ipynb #38b96dc6
 #| code-fold: true
@@ -367,7 +367,7 @@ def _identity_mismatch(meta: dict, expect: dict) -> Optional[str]:
     if "split" in want and meta.get("split") != want["split"]:
         return f"holds split {meta.get('split')!r}, not {want['split']!r}"
     if "key" in want and meta.get("key") != want["key"]:
-        if meta.get("key") is None: return "records no corpus key (written by an older lengthx)"
+        if meta.get("key") is None: return "records no corpus key (its format predates the key)"
         return f"was built from another corpus (key {meta['key']}, not {want['key']})"
     for k, v in want.items():
         if meta.get(k) != v: return f"has {k} {meta.get(k)!r}, not {v!r}"
@@ -384,7 +384,7 @@ def read_token_cache(path: Path, expect: Optional[dict] = None) -> Tensor:
         stored = load(data)["tokens"]
     except Exception as e:
         raise ValueError(f"not a readable safetensors file ({type(e).__name__})") from None
-    if meta.get("format") != TOKENS_FORMAT: raise ValueError(f"no {TOKENS_FORMAT} checksum (written by an older lengthx)")
+    if meta.get("format") != TOKENS_FORMAT: raise ValueError(f"no {TOKENS_FORMAT} checksum (its format tag is missing or different)")
     if tensor_sha256(stored) != meta.get("sha256"): raise ValueError("its SHA-256 does not match the tokens")
     if expect and (why := _identity_mismatch(meta, expect)): raise ValueError(why)
     return stored.long()
@@ -613,11 +613,14 @@ def check_corpus(corpus: str) -> str:
     raise ValueError(f"unknown corpus {corpus!r}: choose {', '.join(CORPORA)}, or give a directory of text files")
 
 
-def corpus_split(corpus: str, split: str) -> Tensor:
-    "One split of a corpus as tokens: the stdlib (embedded), a Hugging Face corpus, or a directory's text files."
+HF_MAX_BYTES = 200_000_000   # the cap a command puts on a Hugging Face corpus (the Colab recipe's ~200 MB)
+
+
+def corpus_split(corpus: str, split: str, max_bytes: Optional[int] = HF_MAX_BYTES) -> Tensor:
+    "One split of a corpus as byte tokens: the stdlib (embedded), a Hugging Face corpus (streamed up to `max_bytes`), or a directory's text files."
     corpus = check_corpus(corpus)
     if corpus == "stdlib": return corpus_tokens(split)
-    if corpus in HF_CORPORA: return hf_tokens(corpus, split)
+    if corpus in HF_CORPORA: return hf_tokens(corpus, split, max_bytes=max_bytes)
     root = Path(corpus)
     files = [f for f in sorted(root.rglob("*")) if f.is_file() and f.suffix in TEXT_SUFFIXES
              and split_of(f.relative_to(root)) == split]

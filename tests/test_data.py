@@ -284,3 +284,18 @@ def test_bpe_sep_ids_cover_every_newline_and_full_stop():
         for i, (a, b) in zip(enc.ids, enc.offsets):
             assert (i in sep) == any(c in d[a:b] for c in "\n."), (d[a:b], i in sep)   # exactly the tokens holding one
     assert tok.eot_id not in sep and tok.separator_ids(("\n",)) != tok.sep_ids
+
+
+def test_corpus_split_caps_a_hub_corpus(monkeypatch):
+    "A command's `--corpus pg19|github|arxiv` streams at most `HF_MAX_BYTES`, never the whole corpus."
+    import lengthx.data as D
+    calls = []
+    monkeypatch.setattr(D, "_import_datasets", lambda: None)           # check_corpus needs `datasets` only to exist
+    monkeypatch.setattr(D, "hf_tokens", lambda corpus, split, tokenizer=None, **kw: calls.append((corpus, split, kw)) or
+                        torch.zeros(3, dtype=torch.long))
+    for name in ("pg19", "github", "arxiv"):
+        D.corpus_split(name, "train")
+    D.corpus_split("pg19", "test", max_bytes=1000)
+    assert 0 < D.HF_MAX_BYTES < 10**12
+    assert [kw.get("max_bytes") for *_, kw in calls] == [D.HF_MAX_BYTES] * 3 + [1000]
+    assert [(c, s) for c, s, _ in calls] == [("pg19", "train"), ("github", "train"), ("arxiv", "train"), ("pg19", "test")]
