@@ -482,13 +482,13 @@ def _ch11_origin(fn):
 
 
 def _ch11_range(fn):
-    "0 < ζ_i^(n/γ) ≤ 1 for n ≥ 0, and the slowest pair (the last) decays least"
+    "0 < ζ_i^(m/γ) ≤ 1 for m ≥ 0, and the slowest pair (the last) decays least"
     pos = torch.tensor([0, 64, 512, 2048])
     what = f"pos = {pos.tolist()}, dim = 32, scale_base = 512"
     s = _as_tensor(_call(fn, what, pos, 32, 512.0), what, (4, 16))
     if not ((s > 0) & (s <= 1 + 1e-9)).all():
         i = tuple(int(v) for v in (~((s > 0) & (s <= 1 + 1e-9))).nonzero()[0])
-        raise Fail(f"for {what}, entry {i} is {s[i].item():.4g}; the query factor ζ^(n/γ) must lie in (0, 1] since 0 < ζ_i < 1 "
+        raise Fail(f"for {what}, entry {i} is {s[i].item():.4g}; the query factor ζ^(m/γ) must lie in (0, 1] since 0 < ζ_i < 1 "
                    "(the key gets the reciprocal).")
     if not (s[-1, 1:] >= s[-1, :-1]).all():
         raise Fail(f"for {what} the factors at position 2048 are {_fmt(s[-1])}: they should grow with the pair index i, "
@@ -496,7 +496,7 @@ def _ch11_range(fn):
 
 
 def _ch11_reference(fn):
-    "matches ζ_i = (2i + 0.4d)/(1.4d) raised to n/γ"
+    "matches ζ_i = (2i + 0.4d)/(1.4d) raised to m/γ"
     for dim, gamma in ((16, 512.0), (64, 64.0)):
         pos = torch.arange(0, 3000, 97)
         what = f"pos = arange(0, 3000, 97), dim = {dim}, scale_base = {gamma}"
@@ -513,7 +513,7 @@ def _ch11_relative(fn):
     _close(ratio(m + 250, n + 250), ratio(m, n), what, rtol=1e-6, hint="The factor must be exponential in the position.")
 
 
-@autograded("11.1", "11_xpos", "xPos's query scale ζ_i^(n/γ), with γ = scale_base = 512",
+@autograded("11.1", "11_xpos", "xPos's query scale ζ_i^(m/γ), with γ = scale_base = 512",
             "xpos_scale(pos: LongTensor[T], dim: int, scale_base: float = 512.0) -> Tensor[T, dim/2]",
             (_ch11_origin, _ch11_range, _ch11_relative, _ch11_reference))
 def _ref_xpos_scale(pos: Tensor, dim: int, scale_base: float = 512.0) -> Tensor:
