@@ -86,8 +86,41 @@ def test_other_settings_in_the_output_are_refused(tmp_path, capsys):
     rec["settings"]["steps"] = 99
     results.write_results(path, rec)                                       # a result made with other settings
     assert reproduce(tmp_path, "--only", "recall", "--allow-dirty") == 2
-    assert "other settings (steps differ)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "other settings" in err and "recall (recall_smoke.json: steps: 99 (now 4))" in err and "another --out" in err
     assert json.loads(path.read_text())["settings"]["steps"] == 99          # never overwritten
+
+
+def test_a_unit_with_other_settings_is_reported_and_the_others_still_run(tmp_path, capsys):
+    "The bare command goes on past a file made with other settings, says what differs, and fails at the end naming it."
+    path = tmp_path / "main_smoke.json"
+    S = X._plain(X.unit_settings("main", "smoke"))
+    old = {**S, "specs": S["specs"][:2]}                                     # made before two specs joined main
+    results.write_results(path, {"unit": "main", "preset": "smoke", "settings": old, "result": {"rows": {}},
+                                 "provenance": {"seed": 0}})
+    before = path.read_bytes()
+    assert main(["reproduce", "--budget", "smoke", "--out", str(tmp_path), "--device", "cpu", "--allow-dirty",
+                 "--only", "main,recall,cot"]) == 2
+    err = capsys.readouterr().err
+    assert f"main: refused, made with other settings (main_smoke.json: specs: 2 of {len(S['specs'])} present)" in err
+    assert "refused 1 unit(s)" in err.splitlines()[-1] and "main (main_smoke.json" in err.splitlines()[-1]
+    assert (tmp_path / "recall_smoke.json").exists() and (tmp_path / "cot_smoke.json").exists()   # the others ran
+    assert path.read_bytes() == before                                      # the refused file is kept as it was
+
+
+def test_a_partial_result_is_resumed_and_replaced_not_skipped(tmp_path):
+    "A result marked `partial` (tools/snapshot_partial.py) is unfinished: the unit resumes from its partial file and the whole result replaces it."
+    assert reproduce(tmp_path, "--only", "recall", "--allow-dirty") == 0
+    path = tmp_path / "recall_smoke.json"
+    whole = results.read_results(path)
+    kept = {**whole["result"]["runs"]["nope"], "tag": "kept"}               # the finished item, marked to see it is not remade
+    results.write_results(path, {**whole, "result": {"runs": {"nope": kept}, "partial": {"finished": ["nope"], "left": ["rope"]}}})
+    results.write_results(tmp_path / "runs" / "smoke" / "recall.partial.json", {"settings": whole["settings"], "items": {"nope": kept}})
+    assert X.reproduce(["recall"], "smoke", tmp_path, allow_dirty=True, progress=False) == {"recall": path}
+    res = results.read_results(path)["result"]
+    assert "partial" not in res and set(res["runs"]) == {"nope", "rope"}    # the whole result replaced the partial one
+    assert res["runs"]["nope"]["tag"] == "kept" and res["runs"]["rope"]["acc"] == whole["result"]["runs"]["rope"]["acc"]
+    assert not (tmp_path / "runs" / "smoke" / "recall.partial.json").exists()
 
 
 def test_a_dirty_checkout_is_refused_unless_allowed(tmp_path, monkeypatch, capsys):
@@ -160,6 +193,17 @@ def test_colab_estimate_is_labelled_and_follows_the_flop_model():
     S = X.unit_settings("main", "colab")
     f = len(S["specs"]) * S["steps"] * S["batch_size"] * 128 * flops_per_token(GPTConfig.preset("small", pe="nope", max_len=128), 128)
     assert math.isclose(X.lm_train_flops("colab"), f)
+
+
+def test_the_estimate_counts_a_run_two_units_share_once_and_totals():
+    text = X.estimate_table("colab")
+    union = set().union(*(X.lm_runs("colab", u) for u in X.TRAINING_UNITS))
+    assert X.lm_runs("colab", "kerple_params") <= set().union(*(X.lm_runs("colab", u) for u in ("main", "seeds", "more_seeds")))
+    assert f"| **total** | {len(union)} |" in text and "| kerple_params | 0 of " in text
+    per_run = X.lm_train_flops("colab", "main") / len(X.lm_runs("colab", "main"))
+    sched = X.lm_train_flops("colab", "schedule")                                    # 4x the steps: its own folder
+    total = per_run * len(union - X.lm_runs("colab", "schedule")) + sched
+    assert f"| **total** | {len(union)} | {X.flop_text(total)} |" in text
 
 
 def test_a_cpu_budget_estimate_prints_readable_units_and_the_measured_times(monkeypatch):
