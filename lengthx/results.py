@@ -25,22 +25,25 @@ from .data import atomic_write_bytes, atomic_write_json, read_regular
 from .pe import fused
 from .train import _is_lengthx_checkout, package_provenance, source_sha256, source_sha256_at
 
-UNITS = ("main", "seeds", "more_seeds", "protocols", "position", "cdape", "baselines", "successors", "bipe_table", "schedule", "kerple_params", "che", "recall", "cot", "cost", "sweep", "peers", "dape_fast", "pretrained", "parts", "che_budget", "zero_shot", "current", "che_current", "path", "recall_current", "cost_current", "che_more", "long_docs", "long_docs_more", "variants", "ruler")
+UNITS = ("main", "seeds", "more_seeds", "protocols", "position", "cdape", "baselines", "successors", "bipe_table",
+         "schedule", "kerple_params", "che", "recall", "cot", "cost", "sweep", "peers", "dape_fast", "pretrained",
+         "parts", "che_budget", "zero_shot", "current", "che_current", "path", "recall_current", "cost_current",
+         "che_more", "long_docs", "long_docs_more", "variants", "ruler")
 BUDGET_NAMES = ("smoke", "cpu", "colab", "paper")
 SCHEMA = ("unit", "preset", "settings", "result", "provenance")   # the keys of every result file
 RESULTS_MODE = 0o644   # results are for everyone to read, like any file a command writes
 CHECKSUM = "content_sha256"   # the key beside them: SHA-256 of the rest of the file's content, written with it
-MAX_RESULTS_BYTES = 1 << 26   # 64 MiB: a reader never reads more of one file (the committed results' largest size is printed below)
+MAX_RESULTS_BYTES = 1 << 26   # 64 MiB: a reader never reads more of one file (the largest committed one: below)
 MANIFEST = "MANIFEST.sha256"   # beside the committed results: `<sha256>  <name>` for every result file, as sha256sum writes it
 
 # %% auto #0
 __all__ = ['UNITS', 'BUDGET_NAMES', 'SCHEMA', 'RESULTS_MODE', 'CHECKSUM', 'MAX_RESULTS_BYTES', 'MANIFEST', 'RESULTS_URL',
-           'DETAIL_PREFIX', 'STATE_TEXT', 'lengthx_checkout', 'untracked_sources', 'now_utc', 'recorded_at',
-           'execution_path', 'provenance', 'result_provenance', 'check_clean', 'content_sha256', 'write_results',
-           'read_json_file', 'verified', 'read_results', 'reattest', 'is_result', 'final_record', 'file_sha256',
-           'manifest_text', 'parse_manifest', 'committed_results', 'result_dirs', 'int_lengths', 'load_results',
-           'device_of', 'result_seed', 'pick', 'attest', 'code_state', 'provenance_line', 'provenance_detail',
-           'present_source_sha256', 'results_overview']
+           'NO_FOLDER', 'DETAIL_PREFIX', 'STATE_TEXT', 'lengthx_checkout', 'untracked_sources', 'with_untracked',
+           'now_utc', 'recorded_at', 'execution_path', 'provenance', 'result_provenance', 'check_clean',
+           'content_sha256', 'write_results', 'read_json_file', 'verified', 'read_results', 'reattest', 'is_result',
+           'final_record', 'file_sha256', 'manifest_text', 'parse_manifest', 'committed_results', 'int_lengths',
+           'result_dirs', 'load_results', 'device_of', 'result_seed', 'pick', 'attest', 'code_state', 'provenance_line',
+           'provenance_detail', 'changed_since', 'present_source_sha256', 'results_overview']
 
 # %% ../nbs/55_results.ipynb #25ebed98
 #| code-fold: true
@@ -63,6 +66,13 @@ def untracked_sources(top: Union[str, Path]) -> list[str]:
     top = Path(top)
     tracked = set(_git(top, "ls-files", "-z", "--", "lengthx").split("\0"))
     return sorted(n for n in (p.relative_to(top).as_posix() for p in (top / "lengthx").rglob("*.py")) if n not in tracked)
+
+
+def with_untracked(diff_sha256: Optional[str], top: Union[str, Path], names: Sequence[str]) -> str:
+    "The diff's hash (`diff_sha256`, None for no diff) extended by the name and content of each untracked module `names` under `top`."
+    h = hashlib.sha256((diff_sha256 or "").encode())
+    for n in names: h.update(f"\0{n}\0".encode() + (Path(top) / n).read_bytes())
+    return h.hexdigest()
 
 # %% ../nbs/55_results.ipynb #7e2ae444
 #| code-fold: true
@@ -88,27 +98,29 @@ def execution_path() -> dict:
             "torch_threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
-# %% ../nbs/55_results.ipynb #13dfb223
+# %% ../nbs/55_results.ipynb #8fb4732a
 def provenance() -> dict:
-    "Versions, device, threads, the execution path (`execution_path`) and the UTC time, plus `lengthx.train.package_provenance()`: the source hash, and the git sha, dirty flag (untracked modules too) and diff hash only in lengthx's own checkout."
+    "`package_provenance()` (source hash; in lengthx's checkout git sha, dirty flag, diff hash) and the machine's record."
     pkg, top = package_provenance(), lengthx_checkout()
     extra = untracked_sources(top) if pkg.get("git_sha") and top is not None else []
-    if extra:   # hashed into source_sha256 but in no commit: the result is not from a clean commit
-        pkg.update(git_dirty=True, git_untracked=extra)
+    if extra:   # hashed into source_sha256 but in no commit: not a clean commit, and the diff's hash says what was there
+        pkg.update(git_dirty=True, git_untracked=extra, git_diff_sha256=with_untracked(pkg.get("git_diff_sha256"), top, extra))
+    gpu = torch.cuda.is_available()
     return {**pkg, "python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
-            "device": ("cuda:" + torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu",
-            "threads": torch.get_num_threads(), "execution": execution_path(), "time": now_utc()}
+            "device": ("cuda:" + torch.cuda.get_device_name(0)) if gpu else "cpu", "threads": torch.get_num_threads(),
+            "execution": execution_path(), "time": now_utc()}
 
-
+# %% ../nbs/55_results.ipynb #04ab7349
 def result_provenance(*, seed: int, command: str, seconds: float, device: str) -> dict:
-    "The one place a result's provenance is made: the package's (`provenance`) plus this run's."
+    "The one place a result's provenance is made: the package's (`provenance`) plus this run's; a GPU's name only for a run on it."
     p = provenance()
+    on_gpu = str(device).startswith("cuda") and torch.cuda.is_available()
     p.update(seed=seed, command=command, wall_seconds=round(seconds, 1), device_used=device,
              omp_num_threads=os.environ.get("OMP_NUM_THREADS"), cpu_count=os.cpu_count(),
-             cuda_device=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
+             cuda_device=torch.cuda.get_device_name(torch.device(device)) if on_gpu else None)
     return p
 
-
+# %% ../nbs/55_results.ipynb #13dfb223
 def check_clean(allow_dirty: bool, p: Optional[dict] = None) -> dict:
     "Refuse (one line) to make results from uncommitted package code unless `allow_dirty`; returns the provenance (`p`, default `provenance()`)."
     p = provenance() if p is None else p
@@ -137,10 +149,6 @@ def write_results(path: Union[str, Path], obj: dict) -> None:
     atomic_write_json(Path(path), {**body, CHECKSUM: content_sha256(body)}, mode=RESULTS_MODE)
 
 # %% ../nbs/55_results.ipynb #6eb5ba65
-def _reattest_hint(path: Path) -> str:
-    return f"lengthx.results.reattest({str(path)!r})"
-
-
 def read_json_file(path: Union[str, Path], what: str = "results file") -> dict:
     "The JSON object in the regular file `path` (at most `MAX_RESULTS_BYTES`), unverified; every failure a one-line ValueError naming the file."
     path = Path(path)
@@ -154,22 +162,22 @@ def read_json_file(path: Union[str, Path], what: str = "results file") -> dict:
                          "move it away or use another --out")
     return obj
 
-
+# %% ../nbs/55_results.ipynb #a22cd3a6
 def verified(obj: dict, path: Union[str, Path], what: str = "results file") -> dict:
     "`obj` without its checksum after checking it: no checksum, or one that does not match, is a one-line ValueError naming the file."
-    path = Path(path)
+    path, hint = Path(path), f"lengthx.results.reattest({str(path)!r})"
     if CHECKSUM not in obj:
         raise ValueError(f"{what} {str(path)!r} is damaged or unverifiable: it carries no {CHECKSUM} (written by hand, or "
                          f"by a lengthx older than checksums); if you trust its content, re-attest it with "
-                         f"{_reattest_hint(path)}, else move it away")
+                         f"{hint}, else move it away")
     if obj[CHECKSUM] != content_sha256(obj):
         raise ValueError(f"{what} {str(path)!r} is damaged or was edited by hand: its content does not match its {CHECKSUM}; "
-                         f"if the edit is meant, re-attest it with {_reattest_hint(path)}, else move it away")
+                         f"if the edit is meant, re-attest it with {hint}, else move it away")
     return {k: v for k, v in obj.items() if k != CHECKSUM}
 
 
 def read_results(path: Union[str, Path], what: str = "results file") -> dict:
-    "A results JSON written by `write_results` (checksum verified, then dropped), or {} when there is none; a damaged, edited, oversized or non-regular one is refused, never overwritten."
+    "A results JSON written by `write_results` (checksum verified, then dropped), or {} when there is none; a damaged, edited, oversized or non-regular one is refused."
     path = Path(path)
     if not path.exists(): return {}
     return verified(read_json_file(path, what), path, what)
@@ -270,14 +278,6 @@ def committed_results(cache: Optional[Union[str, Path]] = None, url: str = RESUL
     return cache
 
 # %% ../nbs/55_results.ipynb #a4ca3f7c
-def result_dirs() -> list[Path]:
-    "Where the book looks for results: nbs/results (from the notebooks' folder or the checkout) and `LENGTHX_RESULTS`."
-    dirs = [d for d in (Path("results"), Path("nbs/results")) if d.is_dir()][:1]
-    if not dirs and "google.colab" in sys.modules: dirs = [committed_results()]   # no checkout: the committed files
-    dirs += [Path(p) for p in os.environ.get("LENGTHX_RESULTS", "").split(os.pathsep) if p]
-    return dirs
-
-
 def int_lengths(obj):
     "`obj` with every dict whose keys are all decimal-digit strings turned into one with int keys in ascending order (recursively)."
     if isinstance(obj, list): return [int_lengths(v) for v in obj]
@@ -286,11 +286,26 @@ def int_lengths(obj):
         return {int(k): int_lengths(obj[k]) for k in sorted(obj, key=int)}
     return {k: int_lengths(v) for k, v in obj.items()}
 
+# %% ../nbs/55_results.ipynb #52557876
+NO_FOLDER = ("no results folder: neither results/ nor nbs/results is here and LENGTHX_RESULTS names none (outside Colab "
+             "the committed results are not fetched unasked: fetch them with lengthx.results.committed_results() and "
+             "name the folder it returns in LENGTHX_RESULTS)")
+
+
+def result_dirs() -> list[Path]:
+    "Where the book looks for results: nbs/results, on Colab the committed files, and `LENGTHX_RESULTS`."
+    dirs = [d for d in (Path("results"), Path("nbs/results")) if d.is_dir()][:1]
+    if not dirs and "google.colab" in sys.modules: dirs = [committed_results()]   # no checkout: the committed files
+    dirs += [Path(p) for p in os.environ.get("LENGTHX_RESULTS", "").split(os.pathsep) if p]
+    return dirs
+
 
 def load_results(dirs: Optional[Sequence[Union[str, Path]]] = None) -> list[dict]:
-    "Every result in `dirs` (default `result_dirs()`), checked as `read_results` checks one, lengths as sorted ints (`int_lengths`); other JSON is skipped (a file in the schema with an unknown unit with a warning), a damaged or edited result is an error naming it."
+    "Every result in `dirs` (default `result_dirs()`, a warning if none), checked as `read_results` checks one, lengths as ints."
+    where = result_dirs() if dirs is None else [Path(x) for x in dirs]
+    if dirs is None and not where: warnings.warn(NO_FOLDER)
     recs = []
-    for d in (result_dirs() if dirs is None else [Path(x) for x in dirs]):
+    for d in where:
         if not d.is_dir(): raise ValueError(f"results directory {d} does not exist")
         for path in sorted(d.glob("*.json")):
             obj = read_json_file(path)
@@ -301,12 +316,14 @@ def load_results(dirs: Optional[Sequence[Union[str, Path]]] = None) -> list[dict
                 warnings.warn(f"{path.name} holds a result of unit {str(obj['unit'])[:40]!r}, which is not in UNITS; skipped")
     return recs
 
-# %% ../nbs/55_results.ipynb #52557876
+# %% ../nbs/55_results.ipynb #bc8a1174
 def device_of(rec: dict) -> str:
-    "The device a result was measured on: a GPU's name, or cpu."
+    "The device a result was measured on, from the device its run used: a GPU's name, cpu, or another torch device (mps)."
     p = rec["provenance"]
-    return p.get("cuda_device") or ("cpu" if str(p.get("device_used", p.get("device", "cpu"))).startswith("cpu")
-                                    else str(p.get("device")).removeprefix("cuda:"))
+    used = str(p.get("device_used") or p.get("device") or ("cuda" if p.get("cuda_device") else "cpu"))
+    if not used.startswith("cuda"): return "cpu" if used.startswith("cpu") else used
+    machine = str(p.get("device") or "")   # `cuda:<name>` in every record made on a GPU machine
+    return str(p.get("cuda_device") or (machine.removeprefix("cuda:") if machine.startswith("cuda:") else used))
 
 
 def result_seed(rec: dict) -> int:
@@ -315,7 +332,7 @@ def result_seed(rec: dict) -> int:
     if "seed" in S: return int(S["seed"])
     return int(p["seed"]) if isinstance(p.get("seed"), int) else int((S.get("seeds") or [0])[0])
 
-
+# %% ../nbs/55_results.ipynb #8b430073
 def pick(recs: Sequence[dict], unit: str, preset: str = "cpu", gpu: Optional[bool] = False,
          seed: Optional[int] = 0) -> Optional[dict]:
     "The newest result of `unit` at `preset` run with base `seed` (None: any; gpu: True only GPU, False only CPU, None either); None if none."
@@ -339,13 +356,14 @@ def attest(rec: dict, sha: str, repo: Union[str, Path] = ".") -> dict:
 # %% ../nbs/55_results.ipynb #fe56648b
 #| code-fold: true
 DETAIL_PREFIX = "Made from:"   # the line with hashes: the site folds it under "Provenance"
-STATE_TEXT = {"clean": "a clean commit", "attested": "a commit attested by its source hash", "dirty": "uncommitted changes",
+STATE_TEXT = {"reattested": "numbers re-attested by hand", "dirty": "uncommitted changes",
+              "attested": "a commit attested by its source hash", "clean": "a clean commit",
               "unrecorded": "a commit whose state was not recorded", "no git": "code outside a git checkout"}
 
 
 def code_state(p: dict) -> str:
-    "One word for the state of the code that made a result (a key of `STATE_TEXT`): clean, attested, dirty, unrecorded, or no git."
-    return ("dirty" if p.get("git_dirty") else "attested" if p.get("attested") else "clean" if p.get("git_dirty") is False
+    "One word for the state of the code that made a result (a key of `STATE_TEXT`): reattested (its content accepted by hand, whatever code made it), dirty, attested, clean, unrecorded, or no git."
+    return ("reattested" if p.get("reattested") else "dirty" if p.get("git_dirty") else "attested" if p.get("attested") else "clean" if p.get("git_dirty") is False
             else "unrecorded" if p.get("git_sha") else "no git")
 
 
@@ -371,36 +389,59 @@ def provenance_line(rec: dict) -> str:
             if isinstance(part, dict) else "")
     seed = result_seed(rec)   # the base seed (`--seed`), from the one source `pick` reads too
     flag = f" --seed {seed}" if seed else ""
+    state, again = code_state(p), p.get("reattested")
+    why = f": {again['note']}" if state == "reattested" and isinstance(again, dict) and again.get("note") else ""
     return (f"{rec['unit']} ({rec['preset']}): made by `lengthx reproduce --budget {rec['preset']} --only {rec['unit']}{flag}`{done}, "
-            f"{took}{where}{_kernel_text(p.get('execution'))}, {day}, from {STATE_TEXT[code_state(p)]}")
+            f"{took}{where}{_kernel_text(p.get('execution'))}, {day}, from {STATE_TEXT[state]}{why}")
 
-# %% ../nbs/55_results.ipynb #69e96605
+# %% ../nbs/55_results.ipynb #d84e689c
 #| code-fold: true
 def provenance_detail(rec: dict) -> str:
-    "The maintainer's line: commit, state, source hash, torch and the exact time (pages fold it under a detail)."
+    "The line with hashes: commit, state, source hash, torch and the exact time (pages fold it under a detail)."
     p = rec["provenance"]
     sha = (p.get("git_sha") or "")[:10] or "no git"
     diff = f", diff sha256 {p['git_diff_sha256'][:10]}" if p.get("git_diff_sha256") else ""
-    state = {"dirty": "uncommitted changes" + diff, "attested": "attested by source hash", "clean": "clean",
-             "unrecorded": "clean state not recorded", "no git": "no checkout"}[code_state(p)]
+    state = {"reattested": "numbers re-attested by hand", "dirty": "uncommitted changes" + diff,
+             "attested": "attested by source hash", "clean": "clean", "unrecorded": "clean state not recorded", "no git": "no checkout"}[code_state(p)]
     src = f", source sha256 {p['source_sha256'][:10]}" if p.get("source_sha256") else ""
     version = f"lengthx {p['lengthx']} at " if p.get("lengthx") else "commit "
     return (f"{DETAIL_PREFIX} {rec['unit']} ({rec['preset']}) by {version}{sha} ({state}{src}); torch {p.get('torch', '?')}, "
             f"{p.get('time', '?')}")
 
+# %% ../nbs/55_results.ipynb #69e96605
+def changed_since(sha: Optional[str], top: Optional[Union[str, Path]] = None) -> Optional[list[str]]:
+    "The files under lengthx/ (but `_modidx.py`) that differ between commit `sha` and HEAD in checkout `top`; None if unknown."
+    top = lengthx_checkout() if top is None else Path(top)
+    if not sha or top is None: return None
+    try: r = subprocess.run(["git", "diff", "--name-only", sha, "HEAD", "--", "lengthx"], capture_output=True, text=True,
+                            timeout=10, cwd=top)
+    except (OSError, subprocess.SubprocessError): return None
+    if r.returncode: return None
+    return [n.removeprefix("lengthx/") for n in r.stdout.splitlines() if n and n != "lengthx/_modidx.py"]
 
+# %% ../nbs/55_results.ipynb #e3d1b9ce
+#| code-fold: true
 def present_source_sha256() -> str:
     "`source_sha256` of the imported package's lengthx/**.py as they are now: the hash a result made now would record."
     pkg = Path(lengthx.__file__).resolve().parent
     return source_sha256({q.relative_to(pkg).as_posix(): q.read_bytes() for q in pkg.rglob("*.py")})
 
 
-def results_overview(recs: Sequence[dict], present: Optional[str] = None) -> str:
-    "A markdown table of every result found, oldest first: budget, device, unit, the state of its code (`code_state`), whether that code is the present package's (source hash `present`, default `present_source_sha256()`), when, file."
+def _changed_text(names: Optional[list[str]]) -> str:
+    "`none`, `?` (unknown), the files' names when at most three, else how many."
+    if names is None: return "?"
+    return ", ".join(names) if 0 < len(names) <= 3 else f"{len(names)} files" if names else "none"
+
+
+def results_overview(recs: Sequence[dict], present: Optional[str] = None, top: Optional[Union[str, Path]] = None) -> str:
+    "A markdown table of the results, oldest first: budget, device, unit, `code_state`, files changed since (`changed_since`), time."
     present = present_source_sha256() if present is None else present
-    rows = ["| preset | device | unit | code | same code now | made | file |", "|---|---|---|---|---|---|---|"]
+    top, changed = lengthx_checkout() if top is None else top, {}
+    rows = ["| preset | device | unit | code | package files changed since | made (UTC) | file |", "|---|---|---|---|---|---|---|"]
     for r in sorted(recs, key=lambda r: (recorded_at(r["provenance"]), r["unit"])):
-        p = r["provenance"]
-        same = "yes" if p.get("source_sha256") == present else "no"
-        rows.append(f"| {r['preset']} | {device_of(r)} | {r['unit']} | {code_state(p)} | {same} | {p.get('time', '?')} | {Path(r['file']).name} |")
+        p, sha = r["provenance"], r["provenance"].get("git_sha")
+        if sha not in changed: changed[sha] = changed_since(sha, top)
+        files = "none" if p.get("source_sha256") == present else _changed_text(changed[sha])
+        made = recorded_at(p).strftime("%Y-%m-%d %H:%M") if p.get("time") else "?"
+        rows.append(f"| {r['preset']} | {device_of(r)} | {r['unit']} | {code_state(p)} | {files} | {made} | {Path(r['file']).name} |")
     return "\n".join(rows)

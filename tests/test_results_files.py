@@ -245,6 +245,9 @@ def test_an_untracked_module_in_the_package_is_uncommitted_code(tmp_path, monkey
     (tmp_path / "lengthx" / "new.py").write_text("y = 2\n")     # imported by the package, never added
     p = R.provenance()
     assert p["git_dirty"] is True and p["git_untracked"] == ["lengthx/new.py"] and R.code_state(p) == "dirty"
+    assert len(p["git_diff_sha256"]) == 64   # the hint "--allow-dirty records the diff's hash" holds for untracked code too
+    (tmp_path / "lengthx" / "new.py").write_text("y = 3\n")
+    assert R.provenance()["git_diff_sha256"] != p["git_diff_sha256"]   # the hash names the untracked content
     with pytest.raises(ValueError, match="untracked lengthx/new.py"):
         R.check_clean(allow_dirty=False, p=p)
 
@@ -255,8 +258,9 @@ def test_times_are_utc_with_their_offset_and_ordered_by_the_moment():
     east = {**RESULT, "provenance": {**RESULT["provenance"], "time": "2026-01-02T05:00:00+02:00"}}   # 03:00 UTC
     plain = {**RESULT, "provenance": {**RESULT["provenance"], "time": "2026-01-02 04:00:00"}}        # no zone: read as UTC
     assert R.pick([plain, east], "main") is plain and R.pick([east, plain], "main") is plain
-    rows = R.results_overview([{**east, "file": "a.json"}, {**plain, "file": "b.json"}], "x").splitlines()[2:]
-    assert [r.rsplit(" | ", 1)[1] for r in rows] == ["a.json |", "b.json |"]
+    table = R.results_overview([{**east, "file": "a.json"}, {**plain, "file": "b.json"}], "x").splitlines()
+    assert [r.rsplit(" | ", 1)[1] for r in table[2:]] == ["a.json |", "b.json |"]
+    assert " made (UTC) " in table[0] and [r.split(" | ")[5] for r in table[2:]] == ["2026-01-02 03:00", "2026-01-02 04:00"]
     assert "2026-01-02, from" in R.provenance_line(east)
 
 
@@ -265,7 +269,65 @@ def test_the_overview_marks_results_made_by_other_code_than_the_present():
     recs = [{**RESULT, "unit": u, "file": f"{u}_cpu.json", "provenance": {**RESULT["provenance"], "source_sha256": h}}
             for u, h in (("main", now), ("cot", "0" * 64))]
     rows = {r.split(" | ")[2]: r.split(" | ")[4] for r in R.results_overview(recs).splitlines()[2:]}
-    assert rows == {"main": "yes", "cot": "no"}
+    assert rows == {"main": "none", "cot": "?"}   # commit "aaa…" is in no repository: what changed since is unknown
+
+
+def test_the_overview_names_the_package_files_changed_since_a_results_commit(tmp_path):
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], capture_output=True, text=True, check=True).stdout.strip()
+    commit = lambda m: git("-c", "user.name=x", "-c", "user.email=x@x", "commit", "-qam", m)
+    git("init", "-q"); (tmp_path / "lengthx").mkdir(); (tmp_path / "notes.md").write_text("a")
+    for n in ("a.py", "b.py", "_modidx.py"): (tmp_path / "lengthx" / n).write_text("x = 1\n")
+    git("add", "."); commit("one"); first = git("rev-parse", "HEAD")
+    (tmp_path / "lengthx" / "b.py").write_text("x = 2\n"); (tmp_path / "lengthx" / "_modidx.py").write_text("x = 2\n")
+    (tmp_path / "notes.md").write_text("b"); commit("two")
+    assert R.changed_since(first, tmp_path) == ["b.py"] and R.changed_since(git("rev-parse", "HEAD"), tmp_path) == []
+    assert R.changed_since("f" * 40, tmp_path) is None and R.changed_since(None, tmp_path) is None
+    recs = [{**RESULT, "unit": u, "file": f"{u}_cpu.json", "provenance": {**RESULT["provenance"], "git_sha": first, "source_sha256": h}}
+            for u, h in (("main", "now"), ("cot", "old"))]
+    rows = {r.split(" | ")[2]: r.split(" | ")[4] for r in R.results_overview(recs, "now", tmp_path).splitlines()[2:]}
+    assert rows == {"main": "none", "cot": "b.py"}
+
+
+def test_a_cpu_run_on_a_gpu_machine_is_a_cpu_result(monkeypatch):
+    "device=cpu on a machine with a GPU: no GPU name recorded, device_of says cpu, the line says CPU threads, pick(gpu=False) finds it."
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    cpu = {**RESULT, "provenance": R.result_provenance(seed=0, command="x", seconds=12.0, device="cpu")}
+    gpu = {**RESULT, "provenance": R.result_provenance(seed=0, command="x", seconds=12.0, device="cuda")}
+    assert cpu["provenance"]["device"] == "cuda:NVIDIA H200" and cpu["provenance"]["cuda_device"] is None
+    assert R.device_of(cpu) == "cpu" and "CPU thread" in R.provenance_line(cpu) and "H200" not in R.provenance_line(cpu)
+    assert R.pick([cpu, gpu], "main", gpu=False) is cpu and R.pick([cpu, gpu], "main", gpu=True) is gpu
+    assert R.device_of(gpu) == "NVIDIA H200" and "0.2 min on NVIDIA H200" in R.provenance_line(gpu)
+    older = {"device": "cuda:NVIDIA H200", "device_used": "cpu", "cuda_device": "NVIDIA H200"}   # as an older lengthx wrote it
+    assert R.device_of({"provenance": older}) == "cpu"
+    assert R.device_of({"provenance": {"device": "cpu", "device_used": "mps"}}) == "mps"   # a Mac's GPU is not a CPU
+
+
+def test_every_committed_result_is_on_the_device_its_run_used():
+    for r in R.load_results([ROOT / "nbs" / "results"]):
+        p = r["provenance"]
+        assert R.device_of(r) == (p["cuda_device"] if p["device_used"].startswith("cuda") else "cpu"), r["file"]
+
+
+def test_a_reattested_result_says_so_in_its_line_and_the_overview(tmp_path):
+    path = tmp_path / "main_cpu.json"
+    R.write_results(path, RESULT)
+    assert R.provenance_line(R.read_results(path)).endswith("from a clean commit")
+    obj = json.loads(path.read_text()); obj["result"]["rows"]["rope"]["ppl"]["64"] = 1.0; path.write_text(json.dumps(obj))
+    R.reattest(path, note="ppl at 64 set by hand")
+    rec = R.load_results([tmp_path])[0]
+    assert R.code_state(rec["provenance"]) == "reattested"
+    assert R.provenance_line(rec).endswith("from numbers re-attested by hand: ppl at 64 set by hand")
+    assert R.results_overview([rec], "x").splitlines()[2].split(" | ")[3] == "reattested"
+    assert "(numbers re-attested by hand" in R.provenance_detail(rec)
+
+
+def test_load_results_without_a_results_folder_says_what_happened(tmp_path, monkeypatch):
+    "A pip install outside Colab and outside a checkout: nothing is fetched, and the warning says so and how to fetch."
+    monkeypatch.chdir(tmp_path); monkeypatch.delenv("LENGTHX_RESULTS", raising=False)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    with pytest.warns(UserWarning, match="no results folder.*committed_results"):
+        assert R.load_results() == []
 
 
 def test_the_code_state_words_and_lines_come_from_one_place():
