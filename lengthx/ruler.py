@@ -31,7 +31,7 @@ __all__ = ['RULER_TASKS', 'TEMPLATES', 'TOKENS_TO_GENERATE', 'NOISE', 'NEEDLE', 
 
 # %% ../nbs/15_ruler.ipynb #71021d7c
 RULER_TASKS = ("niah_single_1", "niah_multikey_2", "niah_multikey_3", "vt", "cwe", "fwe")
-TEMPLATES = {   # RULER's scripts/data/synthetic/constants.py: (template, answer prefix), as published
+TEMPLATES = {   # RULER's scripts/data/synthetic/constants.py: (template, answer prefix); vt's "assgined" corrected
     "niah": ("Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. "
              "I will quiz you about the {type_needle_v} afterwards.\n{context}\nWhat are all the special magic "
              "{type_needle_v} for {query} mentioned in the provided text?",
@@ -49,6 +49,8 @@ TEMPLATES = {   # RULER's scripts/data/synthetic/constants.py: (template, answer
             " Answer: According to the coded text above, the three most frequently appeared words are:"),
 }
 TOKENS_TO_GENERATE = {"niah": 128, "vt": 30, "cwe": 120, "fwe": 50}
+
+# %% ../nbs/15_ruler.ipynb #3bd0c659
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 NEEDLE = "One of the special magic {type_needle_v} for {key} is: {value}."
 NIAH = {   # RULER's scripts/synthetic.yaml: haystack, key type, value type (one key, one value, one query each)
@@ -57,7 +59,7 @@ NIAH = {   # RULER's scripts/synthetic.yaml: haystack, key type, value type (one
     "niah_multikey_3": ("needle", "uuids", "uuids"),
 }
 
-
+# %% ../nbs/15_ruler.ipynb #e8e866b1
 def family(task: str) -> str:
     "The template family of a RULER task (`niah`, `vt`, `cwe`, `fwe`); a ValueError naming the six otherwise."
     if task not in RULER_TASKS: raise ValueError(f"unknown RULER task {task!r}; expected one of {', '.join(RULER_TASKS)}")
@@ -112,7 +114,7 @@ def random_value(kind: str, rng: random.Random) -> str:
     if kind == "uuids": return str(uuid.UUID(int=rng.getrandbits(128), version=4))
     raise ValueError(f"unknown needle type {kind!r}; expected numbers, words or uuids")
 
-# %% ../nbs/15_ruler.ipynb #896f9a45
+# %% ../nbs/15_ruler.ipynb #94c81e1c
 @dataclass
 class RulerSample:
     "One task instance: prompt ids and text, the answers (strings), its token count (prompt + answer budget) and filler amount."
@@ -122,6 +124,7 @@ class RulerSample:
     answers: list[str]
     max_new_tokens: int
     filler: int
+    tokenizations: int = 0   # prompts the length search tokenized to find the filler
 
     @property
     def n_tokens(self) -> int: return len(self.ids) + self.max_new_tokens
@@ -263,8 +266,12 @@ def ruler_sample(task: str, tok, n_tokens: int, rng: Union[random.Random, int],
     rng = rng if isinstance(rng, random.Random) else random.Random(rng)
     budget = TOKENS_TO_GENERATE[family(task)]
     make, lo, most = _maker(task, tok, n_tokens, rng.getrandbits(62))
-    n, text, answers, ids = fit_length(in_template(make, task, model_template), tok, n_tokens - budget, lo, most)
-    return RulerSample(task, text, torch.tensor(ids), answers, budget, n)
+    made, calls = in_template(make, task, model_template), []
+    def counted(n: int) -> tuple[str, list[str]]:
+        calls.append(n)
+        return made(n)
+    n, text, answers, ids = fit_length(counted, tok, n_tokens - budget, lo, most)
+    return RulerSample(task, text, torch.tensor(ids), answers, budget, n, len(calls))
 
 
 def ruler_samples(task: str, tok, n_tokens: int, n_samples: int, seed: int = 0,
@@ -299,21 +306,37 @@ def _hf_model(model):
     return model.model if isinstance(model, CausalLM) else model
 
 
+class _FirstLogits:
+    "A logits processor that notes when generation first reaches it: the prompt's forward is done."
+    def __init__(self): self.at = None
+
+    def __call__(self, input_ids, scores):
+        if self.at is None: self.at = time.perf_counter()
+        return scores
+
+
 @torch.no_grad()
-def ruler_answer(model, tok, sample: RulerSample, max_new_tokens: Optional[int] = None) -> str:
-    "The model's greedy continuation of the sample's prompt, up to its answer budget (or `max_new_tokens`), decoded."
+def ruler_answer(model, tok, sample: RulerSample, max_new_tokens: Optional[int] = None,
+                 timing: Optional[dict] = None) -> str:
+    "The model's greedy continuation of the sample's prompt, up to its answer budget (or `max_new_tokens`), decoded; `timing` gets prefill_s and decode_s."
     hf = _hf_model(model)
     dev = next(hf.parameters()).device
     ids = sample.ids.to(dev)[None]
     budget = min(sample.max_new_tokens, max_new_tokens or 1 << 30)
+    first = _FirstLogits()
+    kw = {} if timing is None else {"logits_processor": [first]}
+    t0 = time.perf_counter()
     out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=budget, do_sample=False,
-                      pad_token_id=hf.config.eos_token_id)
+                      pad_token_id=hf.config.eos_token_id, **kw)
+    if timing is not None:   # a model that never calls its logits processors counts all as prefill
+        t1 = time.perf_counter()
+        timing.update(prefill_s=(first.at or t1) - t0, decode_s=t1 - (first.at or t1))
     return tok.decode(out[0, ids.shape[1]:].tolist(), skip_special_tokens=True)
 
-
+# %% ../nbs/15_ruler.ipynb #5cae13b8
 def ruler_grid(model, tok, tasks: Sequence[str] = RULER_TASKS, lengths: Sequence[int] = (4096,), n_samples: int = 5,
                seed: int = 0, max_new_tokens: Optional[int] = None, model_template: str = BASE) -> dict:
-    "{task: {length: cell}}, lengths as strings; cell: score (percent), per-sample fractions, prompts, fillers, preds, refs, seconds."
+    "{task: {length: cell}}, lengths as strings; cell: score (percent), per-sample fractions, prompts, fillers, tokenizations, preds, refs, seconds."
     for t in tasks: family(t)   # a bad task name fails before any work
     if n_samples < 1: raise ValueError(f"n_samples must be at least 1, got {n_samples}")
     out = {}
@@ -322,12 +345,15 @@ def ruler_grid(model, tok, tasks: Sequence[str] = RULER_TASKS, lengths: Sequence
             t0 = time.perf_counter()
             samples = ruler_samples(task, tok, L, n_samples, seed, model_template)
             t1 = time.perf_counter()
-            preds = [ruler_answer(model, tok, s, max_new_tokens) for s in samples]
+            timings = [{} for _ in samples]
+            preds = [ruler_answer(model, tok, s, max_new_tokens, tm) for s, tm in zip(samples, timings)]
             refs = [s.answers for s in samples]
             out.setdefault(task, {})[str(L)] = {
                 "score": string_match_all(preds, refs), "scores": match_all_scores(preds, refs), "preds": preds,
                 "refs": refs, "prompts": [s.text for s in samples], "fillers": [s.filler for s in samples],
-                "fit_s": t1 - t0, "answer_s": time.perf_counter() - t1}
+                "tokenizations": [s.tokenizations for s in samples], "fit_s": t1 - t0,
+                "answer_s": time.perf_counter() - t1, "prefill_s": sum(tm["prefill_s"] for tm in timings),
+                "decode_s": sum(tm["decode_s"] for tm in timings)}
     return out
 
 # %% ../nbs/15_ruler.ipynb #a8692e35

@@ -3,6 +3,7 @@ whose prompt plus answer budget fits), its answers are really the task's answers
 same sample, RULER's metric on hand-computed cases, and the runner scores a right and a wrong model."""
 import random
 import re
+import time
 from collections import Counter
 
 import pytest
@@ -189,13 +190,17 @@ class EchoModel(nn.Module):
         super().__init__()
         self.w = nn.Parameter(torch.zeros(1))
         self.answers, self.right = answers, right
+        self.prefill, self.step = 0.0, 0.0
         self.config = type("C", (), {"eos_token_id": 0})()
 
-    def generate(self, ids, attention_mask, max_new_tokens, do_sample, pad_token_id):
+    def generate(self, ids, attention_mask, max_new_tokens, do_sample, pad_token_id, logits_processor=None):
         assert not do_sample and attention_mask.shape == ids.shape
         refs = self.answers[tuple(ids[0].tolist())]
         text = " " + (", ".join(refs) if self.right else "I do not know")
         new = torch.tensor(TOK(text).input_ids[:max_new_tokens])
+        for j in range(len(new)):   # as Hugging Face's loop: a forward (the prompt's first, slower), then the processors
+            time.sleep(self.prefill if j == 0 else self.step)
+            for p in logits_processor or []: p(ids, torch.zeros(1, 8))
         return torch.cat([ids[0], new])[None]
 
 
@@ -212,9 +217,45 @@ def test_runner_scores_right_and_wrong_models():
     cell, again = right["vt"]["1024"], ruler_samples("vt", TOK, 1024, 2, seed=4)
     assert cell["refs"] == [x.answers for x in again] and cell["prompts"] == [x.text for x in again]
     assert cell["fillers"] == [x.filler for x in again] and cell["fit_s"] >= 0 and cell["answer_s"] >= 0
+    assert cell["tokenizations"] == [x.tokenizations for x in again] and min(cell["tokenizations"]) >= 2
     s = ruler_samples("niah_single_1", TOK, 1024, 1, seed=4)[0]
     assert ruler_answer(EchoModel(known, True), TOK, s) == " " + s.answers[0]
     assert ruler_answer(EchoModel(known, True), TOK, s, max_new_tokens=1) == TOK.decode(TOK(" " + s.answers[0]).input_ids[:1])
+
+
+def test_runner_splits_prefill_from_decoding():
+    "The prompt's forward (until the first logits) and the decoding steps are timed apart, and add up to the answering time."
+    known = {tuple(s.ids.tolist()): s.answers for s in ruler_samples("vt", TOK, 1024, 2, seed=4)}
+    slow = EchoModel(known, True)
+    slow.prefill, slow.step = 0.2, 0.02
+    cell = ruler_grid(slow, TOK, ["vt"], [1024], n_samples=2, seed=4)["vt"]["1024"]
+    steps = sum(len(TOK(p).input_ids) - 1 for p in cell["preds"])   # five names: nine tokens, eight after the first
+    assert steps == 16
+    assert 2 * 0.2 <= cell["prefill_s"] < 2 * 0.2 + 0.02 * steps   # the first step's wait, not the others
+    assert cell["decode_s"] >= 0.02 * steps and cell["prefill_s"] + cell["decode_s"] <= cell["answer_s"]
+
+
+class CountingTok(WordTok):
+    "WordTok that counts the texts it tokenizes."
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __call__(self, s, add_special_tokens=False):
+        self.calls += 1
+        return super().__call__(s, add_special_tokens)
+
+
+@pytest.mark.parametrize("task", ["niah_multikey_2", "fwe"])
+def test_samples_count_their_tokenizations(task):
+    "A sample reports how many prompts its length search tokenized (counted, not 2 log2 n), and the grid keeps it per sample."
+    tok = CountingTok()
+    s = ruler_sample(task, tok, 2048, 3)
+    assert s.tokenizations == tok.calls and s.tokenizations >= 2
+    again = ruler_samples(task, tok, 2048, 2, seed=3)
+    before = tok.calls
+    assert [x.tokenizations for x in ruler_samples(task, tok, 2048, 2, seed=3)] == [x.tokenizations for x in again]
+    assert tok.calls - before == sum(x.tokenizations for x in again)
 
 
 def test_with_smollm2_tokenizer():
