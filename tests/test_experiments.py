@@ -123,6 +123,32 @@ def test_a_partial_result_is_resumed_and_replaced_not_skipped(tmp_path):
     assert not (tmp_path / "runs" / "smoke" / "recall.partial.json").exists()
 
 
+def test_a_partial_result_without_its_item_file_is_remade_from_the_start_and_says_so(tmp_path, capsys):
+    "A partial result whose run folder lost its item file (a fresh checkout): the finished item is recomputed, and the command says so; with the item file it says it resumes from it."
+    assert reproduce(tmp_path, "--only", "recall", "--allow-dirty") == 0
+    path, items = tmp_path / "recall_smoke.json", tmp_path / "runs" / "smoke" / "recall.partial.json"
+    whole = results.read_results(path)
+    kept = {**whole["result"]["runs"]["nope"], "tag": "kept"}
+    for item_file in (True, False):
+        results.write_results(path, {**whole, "result": {"runs": {"nope": kept}, "partial": {"finished": ["nope"], "left": ["rope"]}}})
+        if item_file: results.write_results(items, {"settings": whole["settings"], "items": {"nope": kept}})
+        capsys.readouterr()
+        X.reproduce(["recall"], "smoke", tmp_path, allow_dirty=True, progress=True)
+        err = capsys.readouterr().err
+        res = results.read_results(path)["result"]
+        assert "partial" not in res and ("tag" in res["runs"]["nope"]) == item_file
+        assert (f"resuming from {items}" in err) == item_file and ("remade from the start" in err) == (not item_file)
+
+
+def test_a_cpu_budget_estimate_has_no_gpu_times_and_seed_commands_add_their_runs():
+    assert "T4" not in X.estimate_table("cpu") and "A100" not in X.estimate_table("cpu")
+    base, more = X.estimate_table("colab"), X.estimate_table("colab", seeds={1: ["baselines"], 2: ["seeds", "cot"]})
+    n = lambda text: int(next(r for r in text.splitlines() if r.startswith("| **total**")).split("|")[2])
+    n_b, n_s = len(X.lm_runs("colab", "baselines", 1)), len(X.lm_runs("colab", "seeds", 2))
+    assert f"| baselines --seed 1 | {n_b} of {n_b} |" in more and f"| seeds --seed 2 | {n_s} of {n_s} |" in more
+    assert n(more) == n(base) + n_b + n_s and "cot --seed" not in more   # another command's runs are new; cot trains no LM
+
+
 def test_a_dirty_checkout_is_refused_unless_allowed(tmp_path, monkeypatch, capsys):
     real = results.provenance
     monkeypatch.setattr(results, "provenance", lambda: {**real(), "git_sha": "0" * 40, "git_dirty": True,
