@@ -129,6 +129,7 @@ def _dir(s: str) -> str:
 def _corpus_name(s: str) -> str:
     "A corpus name or directory (argparse type), checked by `lengthx.data.check_corpus` before any work."
     if not s.strip(): raise argparse.ArgumentTypeError(f"must name a corpus ({', '.join(CORPORA)}) or a directory (got {s!r})")
+    if s == "stdlib": return s     # the default, embedded: nothing to check, and argparse runs the default through this too
     from lengthx.data import check_corpus
     try: return check_corpus(s)
     except ValueError as e: raise argparse.ArgumentTypeError(str(e)) from None
@@ -236,7 +237,7 @@ def _fmt(v) -> str:
 
 def _cmd_sweep(a):
     out = _out_dir(a, "results.json, sweep.png and one run directory per PE")
-    from lengthx.data import check_cache_dir
+    from lengthx.data import check_cache_dir, exclusive_lock
     from lengthx.evaluate import check_protocol, eval_lengths
     from lengthx.experiments import UNIT
     from lengthx.model import GPTConfig, check_model_spec
@@ -249,6 +250,7 @@ def _cmd_sweep(a):
     pes = sweep_specs(a.pes)
     for s in pes: check_model_spec(GPTConfig.preset(b.preset, pe=s, max_len=b.train_len))
     setting = p.label(b.train_len, b.train_len).rsplit(", L=", 1)[0]
+    with exclusive_lock(out / ".lock", f"sweep output {out}"): pass   # a held output is refused before the plan is printed
     print(f"lengthx sweep: {len(pes)} PE{'s' if len(pes) != 1 else ''}, {b.preset} model trained at {b.train_len} for {b.steps} steps, "
           f"evaluated at 1x..{p.max_factor}x ({setting}) -> {out}", flush=True)
     res = run_sweep(pes, a.budget if not over else b, out, protocol=p, seed=a.seed, device=a.device,
@@ -257,7 +259,7 @@ def _cmd_sweep(a):
     print(sweep_table(res))
     print(resolution_note(res))
     print(f"The README's figure is `lengthx reproduce --only sweep` (every family, {UNIT['cpu']['sweep']['protocol']['n_windows']} windows "
-          "per length); chapter 57 (Evidence, nbs/57_evidence.ipynb) compares encodings across seeds.")
+          "per length); chapter 70 compares encodings across seeds, with chapter 57's paired intervals.")
     print(f"wrote {out / 'results.json'} and {out / 'sweep.png'}")
 
 
@@ -370,7 +372,7 @@ def _cmd_tasks(a):
         if t not in known: raise ValueError(f"unknown task {t!r}; choose from {', '.join(known)}")
     a.pes = expand_specs(a.pe)
     path = None
-    if a.out is not None and a.out.endswith(".json"):      # the older form: --out FILE.json
+    if a.out is not None and a.out.endswith(".json"):      # --out FILE.json names the results file itself
         path = Path(a.out)
     elif a.out is not None:
         path = _out_dir(a, "results.json") / "results.json"
@@ -497,7 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("sweep", help="train one model per PE and evaluate each at 1x..16x the training length", **kw)
     s.add_argument("--pes", type=lambda v: _spec_list(v, ("quick", "default", "all")), default="quick", help="'quick' (one encoding per idea, sized for a CPU), 'default' (one spec per registry family), 'all' (every example), or a comma list of specs")
-    s.add_argument("--budget", default="quick", choices=SWEEP_BUDGETS, help="training budget: quick (sized for a CPU), colab (sized for one GPU), paper (the papers' scale)")
+    s.add_argument("--budget", default="quick", choices=SWEEP_BUDGETS, help="training budget: quick (sized for a CPU), colab (sized for one GPU), paper (KERPLE's scale; DAPE's protocol, which scores the last 256 tokens, is --protocol last_k --k 256)")
     s.add_argument("--preset", default=None, choices=MODEL_PRESETS, help="model size (default: the budget's)")
     s.add_argument("--train-len", type=_positive, default=None, help="training length (default: the budget's)")
     s.add_argument("--steps", type=_positive, default=None, help="training steps per PE (default: the budget's)")
@@ -548,7 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.set_defaults(fn=_cmd_tasks)
 
     r = sub.add_parser("reproduce", help="regenerate the book's results: named units, one JSON file each, resumable", **kw)
-    r.add_argument("--budget", default="cpu", choices=BUDGET_NAMES, help="scale of every unit: smoke (seconds, a test), cpu (the book's results), colab (one GPU), paper (the papers' scale)")
+    r.add_argument("--budget", default="cpu", choices=BUDGET_NAMES, help="scale of every unit: smoke (seconds, a test), cpu (the book's results), colab (one GPU), paper (KERPLE's scale)")
     _alias(r, "--preset", "--budget", "budget", choices=BUDGET_NAMES)
     r.add_argument("--only", type=lambda v: _choices(v, UNITS), default=None, help=f"comma list of units (default: all of {','.join(UNITS)})")
     r.add_argument("--out", type=_dir, metavar="DIR", default=None, help="where <unit>_<budget>.json go, and runs/ (default: nbs/results in lengthx's own checkout, else ./results)")
@@ -661,8 +663,7 @@ _MOVED = {**{n: "lengthx.evaluate" for n in ("PROTOCOL", "Protocol", "eval_lengt
 
 
 def __getattr__(name: str):
-    "A name that moved out of `lengthx.cli`: found in its new module, with a DeprecationWarning (for one release)."
+    "A library name asked of `lengthx.cli`: found in the module that holds it, with a DeprecationWarning."
     if name not in _MOVED: raise AttributeError(f"module 'lengthx.cli' has no attribute {name!r}")
-    warnings.warn(f"lengthx.cli.{name} moved to {_MOVED[name]}.{name}; import it from there "
-                  "(the old name goes in the next release)", DeprecationWarning, stacklevel=2)
+    warnings.warn(f"lengthx.cli.{name} is {_MOVED[name]}.{name}; import it from there", DeprecationWarning, stacklevel=2)
     return getattr(importlib.import_module(_MOVED[name]), name)

@@ -55,6 +55,15 @@ def test_help_is_fast_because_torch_is_not_imported():
     assert r.returncode == 0 and all(c in r.stdout for c in ("train", "eval", "sweep", "bench", "tasks"))
 
 
+def test_a_refused_eval_loads_no_torch():
+    "argparse runs --corpus's default through its type: the default must not import the library (which loads torch)."
+    code = ("import sys, contextlib, io; from lengthx.cli import main\n"
+            "with contextlib.redirect_stderr(io.StringIO()) as err: rc = main(['eval', '--run', 'nothing'])\n"
+            "print(rc, 'torch' in sys.modules, 'no checkpoint.json' in err.getvalue())")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.split() == ["2", "False", "True"], r.stdout + r.stderr
+
+
 def test_version_matches_settings_ini():
     cfg = configparser.ConfigParser(); cfg.read(ROOT / "settings.ini")
     r = run_cli(["--version"])
@@ -301,6 +310,7 @@ def test_second_sweep_on_one_out_is_refused_and_loses_nothing(tmp_path, capsys):
     with exclusive_lock(out / ".lock", "held by a test"):
         r = run_cli([*SWEEP, "--pes", "alibi", "--out", str(out)])
     assert r.returncode == 1 and "in use by another lengthx process" in one_error_line(r.stderr)
+    assert r.stdout == ""                                   # refused before its plan line: it plans nothing it cannot run
     assert (out / "results.json").read_bytes() == before and not (out / "runs" / "alibi").exists()
 
 
