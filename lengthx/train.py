@@ -1017,7 +1017,7 @@ def _train(model_cfg, cfg, tokens, run_dir, progress, val_tokens, stop_after, ca
             if len(records) > len(history):
                 say(f"the metrics of steps {start + 1}..{records[-1]['step']} were not covered by a checkpoint; "
                     "they are recomputed")
-            if state is not None: say(f"resuming from step {start} of {cfg.steps} in {str(run_dir)!r}")
+            if state is not None and start < cfg.steps: say(f"resuming from step {start} of {cfg.steps} in {str(run_dir)!r}")   # a finished run says so once (train_run)
             if state is not None and state.get("machine", machine) != machine:
                 say(f"the checkpoint was computed with {_machine_text(state['machine'])}, this run uses "
                     f"{_machine_text(machine)}: the continuation equals an uninterrupted run up to rounding, not bit for bit")
